@@ -1,0 +1,93 @@
+"""Numba kernels for the mapping objective (CPU twins of the GPU kernels).
+
+All kernels walk the CSR once, in parallel over tasks; every CSR entry (u, v) is
+visited, so each undirected edge contributes twice -- the published convention
+for J (DESIGN.md section 3).
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+
+def _chunks(n: int) -> int:
+    # A few chunks per thread keeps the load balanced on skewed degree distributions.
+    return max(1, min(n, 4 * nb.get_num_threads()))
+
+
+@nb.njit(parallel=True, cache=True)
+def _level_traffic(xadj, adjncy, adjwgt, pe, prefix, nchunks, out):
+    n = xadj.size - 1
+    nlev = prefix.size
+    for c in nb.prange(nchunks):
+        lo = c * n // nchunks
+        hi = (c + 1) * n // nchunks
+        acc = out[c]
+        for u in range(lo, hi):
+            p = pe[u]
+            for e in range(xadj[u], xadj[u + 1]):
+                q = pe[adjncy[e]]
+                if p == q:
+                    acc[0] += adjwgt[e]
+                    continue
+                # p, q meet at the smallest level t with p // P_t == q // P_t
+                t = 1
+                while t < nlev and p // prefix[t - 1] != q // prefix[t - 1]:
+                    t += 1
+                acc[t] += adjwgt[e]
+
+
+def level_traffic(xadj, adjncy, adjwgt, pe, prefix) -> np.ndarray:
+    """Traffic per hierarchy level, both directions counted.
+
+    Returns an array ``T`` of length ``l + 1`` (``adjwgt``'s dtype): ``T[0]`` is the
+    volume between tasks on the same PE, ``T[t]`` the volume between PEs whose
+    deepest common group is at level ``t`` (``prefix = [P_1, ..., P_l]``).
+    ``J = sum_t d_t * T[t]``.
+    """
+    nchunks = _chunks(xadj.size - 1)
+    out = np.zeros((nchunks, prefix.size + 1), dtype=adjwgt.dtype)
+    _level_traffic(xadj, adjncy, adjwgt, pe, prefix, nchunks, out)
+    return out.sum(axis=0)
+
+
+@nb.njit(parallel=True, cache=True)
+def _matrix_cost(xadj, adjncy, adjwgt, pe, dist, nchunks, out):
+    n = xadj.size - 1
+    for c in nb.prange(nchunks):
+        lo = c * n // nchunks
+        hi = (c + 1) * n // nchunks
+        j = 0.0
+        cut = 0.0
+        for u in range(lo, hi):
+            p = pe[u]
+            for e in range(xadj[u], xadj[u + 1]):
+                q = pe[adjncy[e]]
+                if p != q:
+                    j += adjwgt[e] * dist[p, q]
+                    cut += adjwgt[e]
+        out[c, 0] = j
+        out[c, 1] = cut
+
+
+def matrix_cost(xadj, adjncy, adjwgt, pe, dist) -> tuple[float, float]:
+    """``(J, off-PE volume)`` for an explicit ``k x k`` distance matrix, both directions."""
+    nchunks = _chunks(xadj.size - 1)
+    out = np.zeros((nchunks, 2), dtype=np.float64)
+    _matrix_cost(xadj, adjncy, adjwgt, pe, dist, nchunks, out)
+    return float(out[:, 0].sum()), float(out[:, 1].sum())
+
+
+@nb.njit(cache=True)
+def _pe_loads(pe, vwgt, k, loads, counts):
+    for u in range(pe.size):
+        loads[pe[u]] += vwgt[u]
+        counts[pe[u]] += 1
+
+
+def pe_loads(pe, vwgt, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-PE total task weight and task count (both int64, length ``k``)."""
+    loads = np.zeros(k, dtype=np.int64)
+    counts = np.zeros(k, dtype=np.int64)
+    _pe_loads(pe, vwgt, k, loads, counts)
+    return loads, counts

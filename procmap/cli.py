@@ -1,0 +1,242 @@
+"""The ``procmap`` command line.
+
+Every command reports bad input as one line on stderr and exits with status 2;
+``--debug`` shows the traceback instead. Outputs are written atomically.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from . import __version__
+from .errors import ProcmapError
+
+EPILOG = """\
+examples:
+  procmap eval app.comm --baseline block --hierarchy 4:8:6 --distance 1:10:100
+  procmap eval grid.graph --mapping grid.map --hierarchy 4:8:6 --json
+  procmap eval app.mtx --baseline random --hierarchy "tleaf 3 6 100 8 10 4 1"
+  procmap topology                 # hierarchy of this machine (or of the Slurm job)
+  procmap convert app.comm app.graph
+
+conventions:
+  --hierarchy a1:a2:...:al is given leaf first: 4:8:6 = 4 cores per processor,
+  8 processors per node, 6 nodes (192 PEs). PE p and q share level t iff
+  p // (a1*...*at) == q // (a1*...*at). --distance d1:...:dl is the cost of one
+  unit of traffic between PEs whose deepest common group is level t.
+  J = sum over ordered pairs C_ij * D(pe_i, pe_j): every undirected edge counts twice.
+"""
+
+
+# ---------------------------------------------------------------- machine
+def _add_machine_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    g = p.add_argument_group("machine")
+    g.add_argument("--hierarchy", "-H", metavar="A1:A2:..",
+                   help="machine hierarchy, leaf first (e.g. 4:8:6), or a Scotch "
+                        "'tleaf L s0 c0 ...' string (root first)")
+    g.add_argument("--distance", "-d", metavar="D1:D2:..",
+                   help="distance per level, leaf first (default 1:10:100:...)")
+    g.add_argument("--distance-matrix", metavar="FILE",
+                   help="explicit k x k distance matrix (text or .npy) instead of a hierarchy")
+    g.add_argument("--slots", type=int, default=1, metavar="N",
+                   help="slots (tasks a PE may hold in rank placement) per PE (default 1)")
+    p.set_defaults(_machine_required=required)
+
+
+def _machine(args):
+    from .topology import DistanceMatrix, Hierarchy, from_tleaf
+
+    if args.slots < 0:
+        raise ProcmapError(f"--slots {args.slots}: must be >= 0")
+    if args.distance_matrix:
+        if args.hierarchy:
+            raise ProcmapError("give either --hierarchy or --distance-matrix, not both")
+        dm = DistanceMatrix.from_file(args.distance_matrix)
+        return dm.with_capacities(np.full(dm.k, args.slots, dtype=np.int64))
+    if not args.hierarchy:
+        raise ProcmapError("--hierarchy (or --distance-matrix) is required")
+    if args.hierarchy.strip().startswith("tleaf"):
+        if args.distance:
+            raise ProcmapError("a tleaf string carries its distances; drop --distance")
+        h = from_tleaf(args.hierarchy)
+    else:
+        h = Hierarchy.parse(args.hierarchy, args.distance)
+    return h.with_capacities(np.full(h.k, args.slots, dtype=np.int64))
+
+
+def _describe_machine(topo) -> str:
+    if hasattr(topo, "prefix_sizes"):
+        from .topology import describe
+        return describe(topo)
+    return f"explicit distance matrix, {topo.k} PEs"
+
+
+# ------------------------------------------------------------------- eval
+def _cmd_eval(args) -> int:
+    from . import baselines
+    from .formats import read_graph, read_mapping
+    from .objective import evaluate
+
+    topo = _machine(args)
+    t0 = time.perf_counter()
+    graph = read_graph(args.graph, args.format)
+    t_read = time.perf_counter() - t0
+    if args.mapping:
+        pes = read_mapping(args.mapping)
+        if pes.size > graph.n:  # ranks that never communicate are absent from the matrix
+            graph = graph.with_num_tasks(pes.size)
+        elif pes.size < graph.n:
+            raise ProcmapError(f"{args.mapping}: {pes.size} entries but the graph has {graph.n} tasks")
+        source = args.mapping
+    else:
+        pes = baselines.baseline(args.baseline, graph.n, topo, args.seed)
+        source = f"{args.baseline} baseline"
+    t0 = time.perf_counter()
+    ev = evaluate(graph, topo, pes, eps=args.imbalance)
+    t_eval = time.perf_counter() - t0
+    if args.json:
+        out = {"graph": args.graph, "tasks": graph.n, "edges": graph.m, "mapping": source,
+               "machine": _describe_machine(topo), **ev.as_dict(),
+               "seconds": {"read": t_read, "evaluate": t_eval}}
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"graph     {args.graph}: {graph.n} tasks, {graph.m} edges")
+    print(f"machine   {_describe_machine(topo)}")
+    print(f"mapping   {source}")
+    print(f"J         {ev.J}   (every undirected edge counted twice)")
+    print(f"edge cut  {ev.cut}")
+    if ev.level_traffic is not None:
+        parts = [f"same PE {ev.level_traffic[0]}"]
+        parts += [f"level {t} {v}" for t, v in enumerate(ev.level_traffic[1:], start=1)]
+        print(f"traffic   {' | '.join(parts)}")
+    if ev.mode == "placement":
+        print(f"load      rank placement: at most {int(ev.counts.max(initial=0))} task(s) on a PE; "
+              f"{ev.violations} PE(s) over capacity")
+    else:
+        print(f"load      max {int(ev.loads.max(initial=0))} / L_max {ev.limit} "
+              f"(imbalance {100 * ev.imbalance:.2f}%); {ev.violations} PE(s) over the limit")
+    print(f"time      read {t_read:.3f} s, evaluate {t_eval:.3f} s")
+    return 0
+
+
+# --------------------------------------------------------------- topology
+def _cmd_topology(args) -> int:
+    from .topology import describe, detect_local, detect_slurm, to_tleaf
+
+    source = "sysfs"
+    h = None
+    if not args.local:
+        alloc = detect_slurm()
+        if alloc is not None:
+            node = detect_local(args.sysfs).hierarchy if args.node_from_sysfs else None
+            h = alloc.hierarchy(node)
+            source = f"Slurm allocation ({len(alloc.hosts)} nodes)"
+    if h is None:
+        h = detect_local(args.sysfs).hierarchy
+        source = f"sysfs under {args.sysfs}"
+    if args.json:
+        print(json.dumps({"hierarchy": str(h), "distance": h.distance_string(), "pes": h.k,
+                          "slots": h.total_slots, "source": source, "tleaf": to_tleaf(h)}))
+    elif args.tleaf:
+        print(to_tleaf(h))
+    else:
+        print(str(h))
+        print(f"# {describe(h)}; found from {source}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------- convert
+def _cmd_convert(args) -> int:
+    from .formats import read_graph, write_graph
+
+    graph = read_graph(args.input, args.input_format)
+    write_graph(graph, args.output, args.output_format)
+    print(f"wrote {args.output}: {graph.n} tasks, {graph.m} edges", file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    from .baselines import BASELINES
+    from .formats import GRAPH_FORMATS
+
+    parser = argparse.ArgumentParser(
+        prog="procmap",
+        description="Communication-aware placement of MPI ranks on hierarchical machines.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"procmap {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("eval", help="evaluate J, traffic per level and balance of a mapping",
+                       description="Evaluate a mapping (from a file or a baseline placement) "
+                                   "of a communication graph onto a machine.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("graph", help="communication graph (.comm, .graph, .mtx, .npy, .csv, .npz, .prof)")
+    p.add_argument("--format", choices=GRAPH_FORMATS, help="graph format (default: from the extension)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--mapping", "-m", metavar="FILE", help="mapping file: one PE id per line")
+    src.add_argument("--baseline", choices=BASELINES,
+                     help="evaluate a default placement: block (mpirun's default), "
+                          "roundrobin (over nodes) or random")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
+    p.add_argument("--imbalance", "-e", type=float, default=0.03, metavar="EPS",
+                   help="eps of L_max = ceil((1+eps) c(V)/k) when tasks outnumber slots (default 0.03)")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    _add_machine_args(p)
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("topology", help="print the hierarchy of this machine or Slurm job",
+                       description="Detect the machine hierarchy from the Slurm environment "
+                                   "(inside a job) or from sysfs, and print it as a hierarchy "
+                                   "string usable with --hierarchy (details on stderr).")
+    p.add_argument("--local", action="store_true", help="ignore Slurm variables; describe this machine")
+    p.add_argument("--node-from-sysfs", action="store_true",
+                   help="in a Slurm job, split each node by this machine's sysfs layout")
+    p.add_argument("--sysfs", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
+    p.add_argument("--tleaf", action="store_true", help="print a Scotch tleaf string instead")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+    p.set_defaults(func=_cmd_topology)
+
+    p = sub.add_parser("convert", help="convert a communication graph between formats",
+                       description="Read a graph in one format and write it in another "
+                                   "(formats from the extensions unless given).")
+    p.add_argument("input")
+    p.add_argument("output")
+    p.add_argument("--from", dest="input_format", choices=GRAPH_FORMATS)
+    p.add_argument("--to", dest="output_format", choices=GRAPH_FORMATS)
+    p.set_defaults(func=_cmd_convert)
+    return parser
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"procmap: warning: {message}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    warnings.showwarning = _show_warning
+    try:
+        return args.func(args)
+    except (ProcmapError, OSError) as exc:
+        if args.debug:
+            raise
+        msg = str(exc).replace("\n", " ")
+        print(f"procmap: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("procmap: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""The communication graph: a symmetric task graph in CSR form (DESIGN.md section 2).
+
+Conventions
+-----------
+* ``C`` is stored symmetrised: entry ``(i, j)`` holds ``C_ij + C_ji`` of the input,
+  so an undirected edge appears twice in ``adjncy`` (once from each endpoint).
+* Self loops are dropped (a task talking to itself costs nothing), duplicates are
+  merged (summed), explicit zeros are dropped.
+* Edge weights are ``int64`` when every input weight is integral, else ``float64``;
+  they are finite and ``>= 0``. Vertex weights are ``int64`` and ``>= 0``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import InputError
+
+_INT_EXACT = 2.0 ** 53  # float64 holds every integer up to here exactly
+
+
+def _weights_dtype(values: np.ndarray) -> np.ndarray:
+    """Validate edge weights and return them as int64 (all integral) or float64."""
+    values = np.asarray(values)
+    if values.dtype == np.bool_:
+        values = values.astype(np.int64)
+    if values.dtype.kind not in "iuf":
+        raise InputError(f"edge weights must be numbers, got dtype {values.dtype}")
+    if values.dtype.kind == "f":
+        bad = ~np.isfinite(values)
+        if bad.any():
+            raise InputError(f"edge weight {values[bad][0]!r} is not finite (entry {int(np.argmax(bad))})")
+    if values.size and values.min() < 0:
+        raise InputError(f"negative edge weight {values.min()!r} (entry {int(np.argmin(values))})")
+    if values.dtype.kind == "f":
+        if values.size == 0 or (np.all(values == np.floor(values)) and values.max() < _INT_EXACT):
+            return values.astype(np.int64)
+        return values.astype(np.float64, copy=False)
+    if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
+        raise InputError("edge weight exceeds the int64 range")
+    return values.astype(np.int64, copy=False)
+
+
+def _vertex_weights(vwgt, n: int) -> np.ndarray:
+    if vwgt is None:
+        return np.ones(n, dtype=np.int64)
+    vwgt = np.asarray(vwgt)
+    if vwgt.shape != (n,):
+        raise InputError(f"vertex weights have shape {vwgt.shape}, expected ({n},)")
+    if vwgt.dtype.kind == "f":
+        if not np.all(np.isfinite(vwgt)) or not np.all(vwgt == np.floor(vwgt)):
+            raise InputError("vertex weights must be finite integers")
+    elif vwgt.dtype.kind not in "iub":
+        raise InputError(f"vertex weights must be integers, got dtype {vwgt.dtype}")
+    vwgt = vwgt.astype(np.int64)
+    if n and vwgt.min() < 0:
+        raise InputError(f"negative vertex weight {int(vwgt.min())} (task {int(np.argmin(vwgt))})")
+    return vwgt
+
+
+@dataclass(eq=False)
+class CommGraph:
+    """Symmetric communication graph of ``n`` tasks in CSR form.
+
+    Attributes
+    ----------
+    xadj : ndarray of int64, shape (n + 1,)
+        Row pointers: the neighbours of task ``u`` are ``adjncy[xadj[u]:xadj[u+1]]``.
+    adjncy : ndarray of int32, shape (2m,)
+        Neighbour ids, sorted within each row.
+    adjwgt : ndarray of int64 or float64, shape (2m,)
+        Communication volume of each directed CSR entry (bytes, messages, ...:
+        whatever unit the input used). Entry (u, v) equals entry (v, u).
+    vwgt : ndarray of int64, shape (n,)
+        Task weights (1 unless given); used for balance in partition mapping.
+
+    Use the ``from_*`` constructors; the bare constructor trusts its arguments.
+    """
+
+    xadj: np.ndarray
+    adjncy: np.ndarray
+    adjwgt: np.ndarray
+    vwgt: np.ndarray
+    _edge_sources: np.ndarray | None = field(default=None, repr=False)
+
+    # ------------------------------------------------------------------ build
+    @classmethod
+    def from_scipy(cls, matrix, vwgt=None, *, symmetric: bool = False) -> "CommGraph":
+        """Build from a square scipy sparse matrix ``C`` (row = sender, column = receiver).
+
+        ``C + C^T`` is stored unless ``symmetric=True``, which states that ``matrix``
+        already is the symmetric graph (as in METIS files) and checks it is.
+        """
+        if not sp.issparse(matrix):
+            raise InputError("expected a scipy sparse matrix")
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise InputError(f"communication matrix must be square, got shape {matrix.shape}")
+        coo = matrix.tocoo()
+        return cls.from_edges(coo.row, coo.col, coo.data, n=matrix.shape[0], vwgt=vwgt,
+                              symmetric=symmetric)
+
+    @classmethod
+    def from_dense(cls, array, vwgt=None) -> "CommGraph":
+        """Build from a dense ``n x n`` array ``C`` (row = sender); stores ``C + C^T``."""
+        array = np.asarray(array)
+        if array.ndim != 2 or array.shape[0] != array.shape[1]:
+            raise InputError(f"communication matrix must be square, got shape {array.shape}")
+        weights = _weights_dtype(array.ravel())  # validates NaN / negative on the full matrix
+        rows, cols = np.nonzero(weights.reshape(array.shape))
+        return cls.from_edges(rows, cols, weights.reshape(array.shape)[rows, cols],
+                              n=array.shape[0], vwgt=vwgt)
+
+    @classmethod
+    def from_edges(cls, src, dst, weights=None, *, n: int | None = None, vwgt=None,
+                   symmetric: bool = False) -> "CommGraph":
+        """Build from directed entries ``src[e] -> dst[e]`` with volume ``weights[e]``.
+
+        Entries are summed into ``C + C^T`` (so listing both directions of a pair adds
+        both volumes). ``n`` defaults to ``max id + 1``. With ``symmetric=True`` the
+        entries must already describe a symmetric matrix, which is stored as is.
+        """
+        src = np.asarray(src).ravel()
+        dst = np.asarray(dst).ravel()
+        if src.shape != dst.shape:
+            raise InputError("src and dst have different lengths")
+        for name, ids in (("source", src), ("destination", dst)):
+            if ids.size and ids.dtype.kind == "f" and not np.all(ids == np.floor(ids)):
+                raise InputError(f"{name} task ids must be integers")
+            if ids.size and ids.dtype.kind not in "iuf":
+                raise InputError(f"{name} task ids must be integers")
+        src = src.astype(np.int64)
+        dst = dst.astype(np.int64)
+        weights = (np.ones(src.size, dtype=np.int64) if weights is None
+                   else _weights_dtype(np.asarray(weights).ravel()))
+        if weights.shape != src.shape:
+            raise InputError("weights and ids have different lengths")
+        if n is None:
+            n = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
+        if src.size:
+            lo = min(src.min(), dst.min())
+            hi = max(src.max(), dst.max())
+            if lo < 0:
+                raise InputError(f"negative task id {int(lo)}")
+            if hi >= n:
+                raise InputError(f"task id {int(hi)} out of range for {n} tasks")
+        if n >= 2**31 - 1:
+            raise InputError(f"{n} tasks exceed the int32 id range")
+        keep = src != dst
+        if not keep.all():
+            src, dst, weights = src[keep], dst[keep], weights[keep]
+        mat = sp.csr_matrix((weights, (src, dst)), shape=(n, n))
+        mat.sum_duplicates()
+        if symmetric:
+            diff = abs(mat - mat.T)
+            if diff.nnz and diff.max() != 0:
+                coo = diff.tocoo()
+                i = int(np.argmax(coo.data != 0))
+                u, v = int(coo.row[i]), int(coo.col[i])
+                raise InputError(
+                    f"asymmetric weights: C[{u},{v}] = {mat[u, v]} but C[{v},{u}] = {mat[v, u]}")
+        else:
+            mat = (mat + mat.T).tocsr()
+        mat.eliminate_zeros()
+        mat.sort_indices()
+        return cls._from_csr_matrix(mat, vwgt)
+
+    @classmethod
+    def _from_csr_matrix(cls, mat: sp.csr_matrix, vwgt) -> "CommGraph":
+        n = mat.shape[0]
+        return cls(
+            xadj=mat.indptr.astype(np.int64),
+            adjncy=mat.indices.astype(np.int32),
+            adjwgt=_weights_dtype(mat.data),
+            vwgt=_vertex_weights(vwgt, n),
+        )
+
+    # ------------------------------------------------------------- properties
+    @property
+    def n(self) -> int:
+        """Number of tasks."""
+        return int(self.xadj.size - 1)
+
+    @property
+    def num_directed_edges(self) -> int:
+        """Number of CSR entries, ``2m``."""
+        return int(self.adjncy.size)
+
+    @property
+    def m(self) -> int:
+        """Number of undirected edges (each counted once)."""
+        return self.num_directed_edges // 2
+
+    @property
+    def total_vertex_weight(self) -> int:
+        return int(self.vwgt.sum())
+
+    @property
+    def total_edge_weight(self) -> float | int:
+        """Sum of ``adjwgt`` over all CSR entries (each undirected edge twice)."""
+        total = self.adjwgt.sum()
+        return int(total) if self.adjwgt.dtype.kind == "i" else float(total)
+
+    def edge_sources(self) -> np.ndarray:
+        """Source task of every CSR entry (the extended CSR of the GPU-IM paper), int32."""
+        if self._edge_sources is None:
+            degrees = np.diff(self.xadj)
+            self._edge_sources = np.repeat(np.arange(self.n, dtype=np.int32), degrees)
+        return self._edge_sources
+
+    def degrees(self) -> np.ndarray:
+        return np.diff(self.xadj)
+
+    # ------------------------------------------------------------ conversion
+    def to_scipy(self) -> sp.csr_matrix:
+        """The symmetric matrix as ``scipy.sparse.csr_matrix`` (both triangles)."""
+        return sp.csr_matrix((self.adjwgt, self.adjncy, self.xadj), shape=(self.n, self.n))
+
+    def with_num_tasks(self, n: int) -> "CommGraph":
+        """Return the graph padded with isolated tasks (weight 1) up to ``n`` tasks."""
+        if n < self.n:
+            raise InputError(f"cannot shrink a graph of {self.n} tasks to {n}")
+        if n == self.n:
+            return self
+        extra = n - self.n
+        xadj = np.concatenate([self.xadj, np.full(extra, self.xadj[-1], dtype=np.int64)])
+        vwgt = np.concatenate([self.vwgt, np.ones(extra, dtype=np.int64)])
+        return CommGraph(xadj, self.adjncy, self.adjwgt, vwgt)
+
+    def same_as(self, other: "CommGraph") -> bool:
+        """Structural equality: same CSR arrays, weights and vertex weights."""
+        return (np.array_equal(self.xadj, other.xadj) and np.array_equal(self.adjncy, other.adjncy)
+                and np.array_equal(self.adjwgt, other.adjwgt) and np.array_equal(self.vwgt, other.vwgt))
+
+    def __repr__(self) -> str:
+        return (f"CommGraph(n={self.n}, m={self.m}, edge weights {self.adjwgt.dtype}, "
+                f"total vertex weight {self.total_vertex_weight})")
