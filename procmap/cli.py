@@ -18,6 +18,8 @@ from .errors import ProcmapError
 
 EPILOG = """\
 examples:
+  procmap map app.comm --hierarchy 4:8:6 --distance 1:10:100 -o app.map
+  procmap map mesh.graph --hierarchy 4:8:6 --engine im --imbalance 0.03 --seed 1 --json
   procmap eval app.comm --baseline block --hierarchy 4:8:6 --distance 1:10:100
   procmap eval grid.graph --mapping grid.map --hierarchy 4:8:6 --json
   procmap eval app.mtx --baseline random --hierarchy "tleaf 3 6 100 8 10 4 1"
@@ -43,21 +45,23 @@ def _add_machine_args(p: argparse.ArgumentParser, required: bool = True) -> None
                    help="distance per level, leaf first (default 1:10:100:...)")
     g.add_argument("--distance-matrix", metavar="FILE",
                    help="explicit k x k distance matrix (text or .npy) instead of a hierarchy")
-    g.add_argument("--slots", type=int, default=1, metavar="N",
-                   help="slots (tasks a PE may hold in rank placement) per PE (default 1)")
+    g.add_argument("--slots", type=int, default=None, metavar="N",
+                   help="slots per PE: tasks a PE may hold in rank placement (default 1). "
+                        "Giving it asks for rank placement: more tasks than slots is then an error")
     p.set_defaults(_machine_required=required)
 
 
 def _machine(args):
     from .topology import DistanceMatrix, Hierarchy, from_tleaf
 
-    if args.slots < 0:
+    slots = 1 if args.slots is None else args.slots
+    if slots < 0:
         raise ProcmapError(f"--slots {args.slots}: must be >= 0")
     if args.distance_matrix:
         if args.hierarchy:
             raise ProcmapError("give either --hierarchy or --distance-matrix, not both")
         dm = DistanceMatrix.from_file(args.distance_matrix)
-        return dm.with_capacities(np.full(dm.k, args.slots, dtype=np.int64))
+        return dm.with_capacities(np.full(dm.k, slots, dtype=np.int64))
     if not args.hierarchy:
         raise ProcmapError("--hierarchy (or --distance-matrix) is required")
     if args.hierarchy.strip().startswith("tleaf"):
@@ -66,7 +70,7 @@ def _machine(args):
         h = from_tleaf(args.hierarchy)
     else:
         h = Hierarchy.parse(args.hierarchy, args.distance)
-    return h.with_capacities(np.full(h.k, args.slots, dtype=np.int64))
+    return h.with_capacities(np.full(h.k, slots, dtype=np.int64))
 
 
 def _describe_machine(topo) -> str:
@@ -108,6 +112,70 @@ def _cmd_eval(args) -> int:
     print(f"graph     {args.graph}: {graph.n} tasks, {graph.m} edges")
     print(f"machine   {_describe_machine(topo)}")
     print(f"mapping   {source}")
+    _print_quality(ev)
+    print(f"time      read {t_read:.3f} s, evaluate {t_eval:.3f} s")
+    return 0
+
+
+# -------------------------------------------------------------------- map
+class _Progress:
+    """Phase-by-phase progress on stderr (only on a terminal unless forced)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.start = time.perf_counter()
+
+    def __call__(self, phase: str, detail: str = "") -> None:
+        if self.enabled:
+            elapsed = time.perf_counter() - self.start
+            print(f"procmap: [{elapsed:7.2f} s] {phase}{': ' + detail if detail else ''}",
+                  file=sys.stderr, flush=True)
+
+
+def _cmd_map(args) -> int:
+    from . import baselines
+    from .api import map_tasks
+    from .errors import CapacityError
+    from .formats import read_graph, write_mapping
+    from .objective import evaluate
+
+    topo = _machine(args)
+    progress = _Progress(not args.quiet and (args.progress or sys.stderr.isatty()))
+    t0 = time.perf_counter()
+    graph = read_graph(args.graph, args.format)
+    t_read = time.perf_counter() - t0
+    progress("read", f"{graph.n} tasks, {graph.m} edges")
+    if args.slots is not None and graph.n > topo.total_slots:
+        raise CapacityError(f"{graph.n} tasks but only {topo.total_slots} slots "
+                            f"({topo.k} PEs x {args.slots}); rank placement needs tasks <= slots")
+    mapping = map_tasks(graph, topo, engine=args.engine, eps=args.imbalance, seed=args.seed,
+                        progress=progress)
+    ev = mapping.evaluation
+    block = evaluate(graph, topo, baselines.block(graph.n, topo), eps=args.imbalance)
+    gain = (1.0 - ev.J / block.J) if block.J else 0.0
+    if args.output:
+        write_mapping(mapping.pes, args.output)
+    seconds = {"read": t_read, **mapping.seconds}
+    if args.json:
+        out = {"graph": args.graph, "tasks": graph.n, "edges": graph.m,
+               "machine": _describe_machine(topo), "output": args.output,
+               **mapping.as_dict(), "seconds": seconds, "J_block": block.J,
+               "improvement_over_block": gain}
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"graph     {args.graph}: {graph.n} tasks, {graph.m} edges")
+    print(f"machine   {_describe_machine(topo)}")
+    print(f"engine    {mapping.engine} (seed {args.seed}, {mapping.device})")
+    _print_quality(ev)
+    verdict = f"{100 * gain:.1f}% lower" if gain >= 0 else f"{-100 * gain:.1f}% higher"
+    print(f"vs block  J {block.J} for the block placement: procmap is {verdict}")
+    print("time      " + ", ".join(f"{k} {v:.3f} s" for k, v in seconds.items()))
+    if args.output:
+        print(f"wrote     {args.output}")
+    return 0
+
+
+def _print_quality(ev) -> None:
     print(f"J         {ev.J}   (every undirected edge counted twice)")
     print(f"edge cut  {ev.cut}")
     if ev.level_traffic is not None:
@@ -120,8 +188,6 @@ def _cmd_eval(args) -> int:
     else:
         print(f"load      max {int(ev.loads.max(initial=0))} / L_max {ev.limit} "
               f"(imbalance {100 * ev.imbalance:.2f}%); {ev.violations} PE(s) over the limit")
-    print(f"time      read {t_read:.3f} s, evaluate {t_eval:.3f} s")
-    return 0
 
 
 # --------------------------------------------------------------- topology
@@ -191,6 +257,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_machine_args(p)
     p.set_defaults(func=_cmd_eval)
 
+    from .api import ENGINES
+    p = sub.add_parser("map", help="compute a mapping that minimises J",
+                       description="Map the tasks of a communication graph onto a hierarchical "
+                                   "machine. With at most as many tasks as slots this is rank "
+                                   "placement (no PE gets more tasks than its slots; never worse "
+                                   "than the block placement); with more tasks it is partition "
+                                   "mapping under L_max = ceil((1+eps) c(V)/k).",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("graph", help="communication graph (.comm, .graph, .mtx, .npy, .csv, .npz, .prof)")
+    p.add_argument("--format", choices=GRAPH_FORMATS, help="graph format (default: from the extension)")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="hm: hierarchical multisection; hm-ultra: hm with Jet's ultra refinement "
+                        "(slower, better); im: integrated mapping (fast); auto (default): im for "
+                        "partition mapping, hm + swaps for rank placement")
+    p.add_argument("--imbalance", "-e", type=float, default=0.03, metavar="EPS",
+                   help="allowed imbalance eps in partition mapping (default 0.03)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same mapping)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the mapping: one PE id per line")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--progress", action="store_true", help="progress lines even when not a terminal")
+    _add_machine_args(p)
+    p.set_defaults(func=_cmd_map)
+
     p = sub.add_parser("topology", help="print the hierarchy of this machine or Slurm job",
                        description="Detect the machine hierarchy from the Slurm environment "
                                    "(inside a job) or from sysfs, and print it as a hierarchy "
@@ -233,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         msg = str(exc).replace("\n", " ")
         print(f"procmap: error: {msg}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. piped into `head`: not an error of the user's input
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("procmap: interrupted", file=sys.stderr)
         return 130

@@ -1,0 +1,284 @@
+"""procmap's own ``.comm`` edge-list format (DESIGN.md section 7).
+
+Layout::
+
+    # any comment; '#' also ends a line early
+    # tasks: 6            <- optional, only in the leading comment block
+    0 1 80800             <- src dst volume: rank 0 sent 80800 (bytes, msgs, ...) to rank 1
+    1 0 80000
+    2 5 1.5e3
+
+* Ranks are 0-based. ``volume`` is any finite number >= 0 (integers stay int64).
+* Entries are *directed* (row = sender) and summed into ``C + C^T``: the two
+  lines above give the undirected pair 0-1 the weight 160800. Repeated lines add up.
+* The number of tasks is ``max rank + 1`` unless a ``# tasks: N`` line in the
+  leading comment block says more (ranks that never communicate).
+* Vertex weights are not stored: every task reads back with weight 1.
+
+The writer lists every undirected pair once (``u < v``) with its symmetrised
+weight and writes ``# tasks: n``, so that reading the file back gives the same
+:class:`~procmap.graph.CommGraph`.
+
+This module also holds :func:`format_int_lines`, the Numba integer formatter the
+other text writers share.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import numba as nb
+import numpy as np
+
+from procmap.errors import FormatError, InputError
+from procmap.graph import CommGraph
+
+from .atomic import as_format_error, atomic_write, read_bytes
+from .tokenizer import tokenize
+
+#: Largest task count a CommGraph can hold (int32 neighbour ids).
+MAX_TASKS = 2**31 - 2
+#: Integers up to here are exact in the tokenizer's float64 values.
+_EXACT_INT = 2.0**53
+
+_TASKS_DIRECTIVE = re.compile(rb"#\s*tasks\s*:\s*(.*?)\s*$", re.IGNORECASE)
+_LINES_PER_CHUNK = 1 << 20  # bounds the writer's temporary text to ~30 MB
+
+
+# ----------------------------------------------------------------------------- reading
+_BAD_SRC, _BAD_DST, _BAD_VOLUME = 1, 2, 3
+
+
+@nb.njit(cache=True, nogil=True)
+def _split_entries(values, limit):
+    """Split flat ``src dst volume`` triples into columns and validate them in one pass.
+
+    Returns ``(src, dst, int volume, float volume, problem, entry, integral)``:
+    ``problem`` is 0 or one of ``_BAD_*`` for the first bad ``entry``; the int64
+    volume column is valid when ``integral`` (every volume a whole number that
+    float64 holds exactly), which spares CommGraph a conversion pass.
+    """
+    count = values.size // 3
+    src = np.empty(count, dtype=np.int64)
+    dst = np.empty(count, dtype=np.int64)
+    int_volume = np.empty(count, dtype=np.int64)
+    float_volume = np.empty(count, dtype=np.float64)
+    integral = True
+    for e in range(count):
+        a = values[3 * e]
+        b = values[3 * e + 1]
+        w = values[3 * e + 2]
+        # 'not (x >= 0)' is also true for NaN
+        if not (a >= 0) or a >= limit or a != np.floor(a):
+            return src, dst, int_volume, float_volume, _BAD_SRC, e, integral
+        if not (b >= 0) or b >= limit or b != np.floor(b):
+            return src, dst, int_volume, float_volume, _BAD_DST, e, integral
+        if not (w >= 0) or w == np.inf:
+            return src, dst, int_volume, float_volume, _BAD_VOLUME, e, integral
+        src[e] = np.int64(a)
+        dst[e] = np.int64(b)
+        float_volume[e] = w
+        if integral:
+            if w == np.floor(w) and w < _EXACT_INT:
+                int_volume[e] = np.int64(w)
+            else:
+                integral = False
+    return src, dst, int_volume, float_volume, 0, 0, integral
+
+
+def _tasks_directive(data: bytes, path) -> tuple[int | None, int | None]:
+    """Find ``# tasks: N`` in the leading comment block; return ``(N, line)`` or ``(None, None)``.
+
+    Only the block of comment and blank lines before the first entry is scanned,
+    so this Python loop is short however long the file is.
+    """
+    tasks, tasks_line = None, None
+    pos, line_no = 0, 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        if end < 0:
+            end = len(data)
+        line_no += 1
+        line = data[pos:end].strip()
+        pos = end + 1
+        if not line:
+            continue
+        if not line.startswith(b"#"):
+            break
+        match = _TASKS_DIRECTIVE.match(line)
+        if match is None:
+            continue
+        text = match.group(1)
+        if not text.isdigit() or int(text) > MAX_TASKS:
+            shown = text.decode("utf-8", "replace")
+            raise FormatError(f"'# tasks:' needs a task count between 0 and {MAX_TASKS}, "
+                              f"got {shown!r}", path, line_no)
+        if tasks is not None and int(text) != tasks:
+            raise FormatError(f"'# tasks: {int(text)}' contradicts '# tasks: {tasks}' on line "
+                              f"{tasks_line}", path, line_no)
+        tasks, tasks_line = int(text), line_no
+    return tasks, tasks_line
+
+
+def _entry_problem(entry: np.ndarray, problem: int, tasks: int | None,
+                   tasks_line: int | None) -> str:
+    """The error message for a bad ``src dst volume`` entry found by :func:`_split_entries`."""
+    if problem == _BAD_VOLUME:
+        return f"volume {show_number(entry[2])} must be a finite number >= 0"
+    rank = entry[0] if problem == _BAD_SRC else entry[1]
+    if not (rank >= 0 and rank == np.floor(rank)):
+        return f"rank {show_number(rank)} is not a non-negative integer"
+    if tasks is None:
+        return f"rank {show_number(rank)} exceeds the largest supported rank {MAX_TASKS - 1}"
+    return f"rank {show_number(rank)} out of range: '# tasks: {tasks}' (line {tasks_line})"
+
+
+def read_comm(path: str | os.PathLike) -> CommGraph:
+    """Read a ``.comm`` file into a CommGraph holding ``C + C^T``.
+
+    Raises :class:`FormatError` naming the file and 1-based line for: a line
+    without exactly three numbers, a non-integer or negative rank, a rank not
+    below ``# tasks: N``, a negative, NaN or infinite volume, and a file with no
+    entries (and no ``# tasks:`` line), or zero tasks.
+    """
+    data = read_bytes(path)
+    tasks, tasks_line = _tasks_directive(data, path)
+    tokens = tokenize(data, path, comment="#")
+    counts = tokens.counts()
+    wrong = np.flatnonzero(counts != 3)
+    if wrong.size:
+        i = wrong[0]
+        raise FormatError(f"expected 3 numbers 'src dst volume', found {counts[i]}",
+                          path, int(tokens.line_no[i]))
+    if tokens.nlines == 0:
+        if tasks is None:
+            raise FormatError("no communication entries", path)
+        if tasks == 0:
+            raise FormatError("empty graph: '# tasks: 0' and no entries", path, tasks_line)
+    limit = MAX_TASKS if tasks is None else tasks
+    src, dst, int_volume, float_volume, problem, i, integral = _split_entries(tokens.values, limit)
+    if problem:
+        raise FormatError(_entry_problem(tokens.values[3 * i:3 * i + 3], problem, tasks, tasks_line),
+                          path, int(tokens.line_no[i]))
+    volume = int_volume if integral else float_volume
+    try:
+        return CommGraph.from_edges(src, dst, volume, n=tasks)
+    except InputError as exc:
+        raise as_format_error(exc, path) from None
+
+
+# ----------------------------------------------------------------------------- writing
+@nb.njit(cache=True, nogil=True)
+def _int_digits(value):
+    """Characters needed to print ``value`` in decimal (sign included)."""
+    width = 1
+    if value < 0:
+        width = 2
+        value = -value
+    while value >= 10:
+        value //= 10
+        width += 1
+    return width
+
+
+@nb.njit(cache=True, nogil=True)
+def _format_int_lines(values, line_start, sep):
+    """Bytes of lines ``values[line_start[i]:line_start[i+1]]`` joined by ``sep``, one per line."""
+    nlines = line_start.size - 1
+    size = 0
+    for i in range(nlines):
+        a = line_start[i]
+        b = line_start[i + 1]
+        for k in range(a, b):
+            size += _int_digits(values[k])
+        if b > a:
+            size += b - a - 1
+        size += 1
+    out = np.empty(size, dtype=np.uint8)
+    pos = 0
+    for i in range(nlines):
+        a = line_start[i]
+        b = line_start[i + 1]
+        for k in range(a, b):
+            if k > a:
+                out[pos] = sep
+                pos += 1
+            value = values[k]
+            width = _int_digits(value)
+            if value < 0:
+                out[pos] = 45  # '-'
+                value = -value
+            end = pos + width
+            j = end - 1
+            while True:  # digits right to left
+                out[j] = 48 + value % 10
+                value //= 10
+                j -= 1
+                if value == 0:
+                    break
+            pos = end
+        out[pos] = 10
+        pos += 1
+    return out
+
+
+def format_int_lines(values: np.ndarray, line_start: np.ndarray, sep: str = " ") -> bytes:
+    """Format integer lines quickly: line ``i`` holds ``values[line_start[i]:line_start[i+1]]``.
+
+    Numbers are joined by ``sep`` and every line ends with ``"\\n"`` (an empty
+    line for an empty range). Used by the text writers instead of ``np.savetxt``,
+    which is an order of magnitude slower.
+    """
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    line_start = np.ascontiguousarray(line_start, dtype=np.int64)
+    return _format_int_lines(values, line_start, ord(sep)).tobytes()
+
+
+def show_number(value) -> str:
+    """A number for an error message: ``4`` for integral values, else the float's repr."""
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
+
+
+def format_float_triples(first: np.ndarray, second: np.ndarray, value: np.ndarray) -> bytes:
+    """Lines ``"<int> <int> <float>\n"``; floats in their shortest round-trip form (``repr``).
+
+    One ``%`` formatting call per chunk keeps the per-line work in C.
+    """
+    items = np.empty(3 * first.size, dtype=object)
+    items[0::3] = first.tolist()
+    items[1::3] = second.tolist()
+    items[2::3] = np.asarray(value, dtype=np.float64).tolist()  # Python floats: '%r' is repr
+    return (("%d %d %r\n" * first.size) % tuple(items)).encode()
+
+
+def _upper_edges(graph: CommGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each undirected edge once as ``(u, v, w)`` with ``u < v``."""
+    src = graph.edge_sources()
+    upper = graph.adjncy > src
+    return src[upper].astype(np.int64), graph.adjncy[upper].astype(np.int64), graph.adjwgt[upper]
+
+
+def write_comm(graph: CommGraph, path: str | os.PathLike) -> None:
+    """Write ``graph`` as ``.comm``: ``# tasks: n`` and one ``u v w`` line per edge, ``u < v``.
+
+    Reading the file back (``C + C^T`` of these entries) gives ``graph`` again,
+    except for vertex weights, which ``.comm`` does not store.
+    """
+    u, v, w = _upper_edges(graph)
+    header = ("# procmap comm: 'src dst volume' per line, 0-based ranks; readers sum the entries "
+              "into C + C^T\n"
+              "# each communicating pair is listed once with its total (symmetrised) volume\n"
+              f"# tasks: {graph.n}\n")
+    integral = w.dtype.kind in "iu"
+    with atomic_write(path, "wb") as handle:
+        handle.write(header.encode())
+        for start in range(0, u.size, _LINES_PER_CHUNK):
+            stop = min(start + _LINES_PER_CHUNK, u.size)
+            if integral:
+                table = np.column_stack([u[start:stop], v[start:stop], w[start:stop]]).ravel()
+                handle.write(format_int_lines(table, np.arange(0, table.size + 1, 3)))
+            else:
+                handle.write(format_float_triples(u[start:stop], v[start:stop], w[start:stop]))

@@ -1,0 +1,65 @@
+"""Mapping files: one PE id per line, line ``i`` (0-based) = PE of task ``i``.
+
+This is the format of SharedMap and KaHIP (``--output_filename`` of
+process_mapping), so their files and procmap's are interchangeable. The reader
+also accepts ``#`` comments and blank lines; the writer writes bare ids only,
+because the other tools do not skip comments.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from procmap.errors import FormatError, InputError
+
+from .atomic import atomic_write, read_bytes
+from .comm import format_int_lines, show_number
+from .tokenizer import tokenize
+
+_EXACT_INT = 2.0**53
+
+
+def read_mapping(path: str | os.PathLike, n: int | None = None) -> np.ndarray:
+    """Read a mapping file; return the PE of every task as an int64 array.
+
+    Raises :class:`FormatError` (file and line) for a line without exactly one
+    number, a PE id that is not a non-negative integer, an empty file, and (when
+    ``n`` is given) a number of ids other than ``n``.
+    """
+    data = read_bytes(path)
+    tokens = tokenize(data, path, comment="#")
+    counts = tokens.counts()
+    wrong = np.flatnonzero(counts != 1)
+    if wrong.size:
+        i = wrong[0]
+        raise FormatError(f"expected one PE id per line, found {counts[i]} numbers", path,
+                          int(tokens.line_no[i]))
+    pes = tokens.values
+    bad = np.flatnonzero(~((pes >= 0) & (pes < _EXACT_INT) & (pes == np.floor(pes))))
+    if bad.size:
+        i = bad[0]
+        raise FormatError(f"PE id {show_number(pes[i])} is not a non-negative integer", path,
+                          int(tokens.line_no[i]))
+    if n is not None and pes.size != n:
+        raise FormatError(f"mapping has {pes.size} entries, expected {n} (one per task)", path)
+    if pes.size == 0 and n is None:
+        raise FormatError("empty mapping: no PE ids", path)
+    return pes.astype(np.int64)
+
+
+def write_mapping(pes, path: str | os.PathLike) -> None:
+    """Write ``pes`` (PE of each task, integers >= 0) one per line, atomically."""
+    array = np.asarray(pes)
+    if array.ndim != 1:
+        raise InputError(f"a mapping is a 1-D array of PE ids, got shape {array.shape}")
+    if array.dtype.kind == "f":
+        if not np.all(np.isfinite(array) & (array == np.floor(array))):
+            raise InputError("PE ids must be integers")
+    elif array.dtype.kind not in "iub" and array.size:
+        raise InputError(f"PE ids must be integers, got dtype {array.dtype}")
+    array = array.astype(np.int64)
+    if array.size and array.min() < 0:
+        raise InputError(f"negative PE id {int(array.min())} (task {int(np.argmin(array))})")
+    with atomic_write(path, "wb") as handle:
+        handle.write(format_int_lines(array, np.arange(array.size + 1)))

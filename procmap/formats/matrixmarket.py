@@ -1,0 +1,170 @@
+"""MatrixMarket ``.mtx`` files (NIST MatrixMarket exchange format).
+
+Read:
+
+* ``%%MatrixMarket matrix coordinate <integer|real|pattern> <general|symmetric>``
+  and ``%%MatrixMarket matrix array <integer|real> <general|symmetric>``;
+  ``%`` comment lines; 1-based indices; ``pattern`` entries weigh 1.
+* ``general``: the file is the directed matrix ``C`` (row = sender) and the
+  graph is ``C + C^T``, as for ``.comm``.
+* ``symmetric``: the file lists one triangle of the already symmetric matrix
+  ``S`` (the graph itself, like METIS); each off-diagonal entry is mirrored, so
+  the graph is ``S``, not ``2S``.
+* ``complex``, ``hermitian``, ``skew-symmetric`` (negative volumes) and vectors
+  are rejected; the matrix must be square. Diagonal entries (self traffic) drop.
+
+Written: ``coordinate integer|real symmetric``, lower triangle, so a write-read
+round trip returns the same graph (vertex weights are not stored).
+
+The parser is procmap's tokenizer rather than scipy/fast_matrix_market: it is
+strict (token counts per line, integer fields, entry counts), names the line of
+every problem, and needs no extra dependency.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from procmap.errors import FormatError, InputError
+from procmap.graph import CommGraph
+
+from .atomic import as_format_error, atomic_write, read_bytes
+from .comm import MAX_TASKS, format_float_triples, format_int_lines, show_number
+from .tokenizer import tokenize
+
+_BANNER = "%%matrixmarket"
+
+
+def _parse_banner(data: bytes, path) -> tuple[str, str, str]:
+    """Return ``(format, field, symmetry)`` from the first line, lower case, validated."""
+    end = data.find(b"\n")
+    first = (data if end < 0 else data[:end]).decode("utf-8", "replace").strip().lower().split()
+    if len(first) != 5 or first[0] != _BANNER:
+        raise FormatError("first line must be '%%MatrixMarket matrix <coordinate|array> <field> "
+                          "<symmetry>'", path, 1)
+    obj, layout, field, symmetry = first[1:]
+    if obj != "matrix":
+        raise FormatError(f"MatrixMarket object {obj!r} is not supported (need 'matrix')", path, 1)
+    if layout not in ("coordinate", "array"):
+        raise FormatError(f"MatrixMarket format {layout!r} must be 'coordinate' or 'array'", path, 1)
+    if field == "complex":
+        raise FormatError("complex matrices are not communication volumes", path, 1)
+    if field not in ("integer", "real", "pattern"):
+        raise FormatError(f"MatrixMarket field {field!r} must be integer, real or pattern", path, 1)
+    if field == "pattern" and layout == "array":
+        raise FormatError("'pattern' needs the coordinate format", path, 1)
+    if symmetry not in ("general", "symmetric"):
+        why = " (negative volumes)" if symmetry == "skew-symmetric" else ""
+        raise FormatError(f"MatrixMarket symmetry {symmetry!r} is not supported{why}; "
+                          "use general or symmetric", path, 1)
+    return layout, field, symmetry
+
+
+def read_mtx(path: str | os.PathLike) -> CommGraph:
+    """Read a MatrixMarket file into a CommGraph (see the module docstring for semantics)."""
+    data = read_bytes(path)
+    layout, field, symmetry = _parse_banner(data, path)
+    tokens = tokenize(data, path, comment="%")  # the banner itself starts with '%'
+    if tokens.nlines == 0:
+        raise FormatError("missing size line", path)
+    counts = tokens.counts()
+    size = tokens.line(0)
+    size_line = int(tokens.line_no[0])
+    want = 3 if layout == "coordinate" else 2
+    if size.size != want or np.any((size < 0) | (size != np.floor(size))):
+        expected = "'rows cols entries'" if layout == "coordinate" else "'rows cols'"
+        raise FormatError(f"size line must be {expected} (non-negative integers)", path, size_line)
+    rows, cols = int(size[0]), int(size[1])
+    if rows != cols:
+        raise FormatError(f"communication matrix must be square, got {rows} x {cols}", path,
+                          size_line)
+    n = rows
+    if n == 0:
+        raise FormatError("empty graph: 0 x 0 matrix", path, size_line)
+    if n > MAX_TASKS:
+        raise FormatError(f"{n} rows exceed the supported {MAX_TASKS} tasks", path, size_line)
+
+    body = np.arange(1, tokens.nlines)
+    if layout == "coordinate":
+        expected_entries = int(size[2])
+        per_line = 2 if field == "pattern" else 3
+    else:
+        expected_entries = n * n if symmetry == "general" else n * (n + 1) // 2
+        per_line = 1
+    wrong = np.flatnonzero(counts[body] != per_line)
+    if wrong.size:
+        i = body[wrong[0]]
+        raise FormatError(f"expected {per_line} numbers per entry, found {counts[i]}", path,
+                          int(tokens.line_no[i]))
+    if body.size != expected_entries:
+        if body.size > expected_entries:
+            raise FormatError(f"more entries than the {expected_entries} the size line announces",
+                              path, int(tokens.line_no[body[expected_entries]]))
+        raise FormatError(f"size line announces {expected_entries} entries, found {body.size}",
+                          path, size_line)
+    entries = tokens.values[tokens.line_start[1]:].reshape(-1, per_line)
+    entry_line = tokens.line_no[1:]
+
+    if layout == "coordinate":
+        ids = entries[:, :2]
+        bad = np.flatnonzero(((ids < 1) | (ids > n) | (ids != np.floor(ids))).any(axis=1))
+        if bad.size:
+            i = bad[0]
+            pair = f"({show_number(entries[i, 0])}, {show_number(entries[i, 1])})"
+            raise FormatError(f"index pair {pair} outside 1..{n}", path, int(entry_line[i]))
+        volume = np.ones(len(entries)) if field == "pattern" else entries[:, 2]
+    else:
+        volume = entries[:, 0]
+    _check_volumes(volume, field, entry_line, path)
+
+    if layout == "coordinate":
+        src = entries[:, 0].astype(np.int64) - 1
+        dst = entries[:, 1].astype(np.int64) - 1
+    elif symmetry == "general":
+        # column-major: entry k is (row k % n, column k // n)
+        k = np.arange(n * n, dtype=np.int64)
+        src, dst = k % n, k // n
+    else:
+        # column-major lower triangle incl. diagonal = row-major upper triangle, transposed
+        dst, src = np.triu_indices(n)
+    # general: C + C^T of the listed directed entries; symmetric: the listed triangle
+    # L plus its mirror, which is exactly the same sum C + C^T with C = L.
+    try:
+        return CommGraph.from_edges(src, dst, volume, n=n)
+    except InputError as exc:
+        raise as_format_error(exc, path) from None
+
+
+def _check_volumes(volume: np.ndarray, field: str, line_no: np.ndarray, path) -> None:
+    bad = ~np.isfinite(volume) | (volume < 0)
+    if field == "integer":
+        bad |= volume != np.floor(volume)
+    hits = np.flatnonzero(bad)
+    if hits.size:
+        i = hits[0]
+        kind = "an integer >= 0" if field == "integer" else "a finite number >= 0"
+        raise FormatError(f"value {show_number(volume[i])} must be {kind}", path, int(line_no[i]))
+
+
+def write_mtx(graph: CommGraph, path: str | os.PathLike) -> None:
+    """Write ``graph`` as ``coordinate integer|real symmetric`` (lower triangle, 1-based)."""
+    src = graph.edge_sources()
+    lower = src > graph.adjncy
+    rows = src[lower].astype(np.int64) + 1
+    cols = graph.adjncy[lower].astype(np.int64) + 1
+    weight = graph.adjwgt[lower]
+    integral = weight.dtype.kind in "iu"
+    header = (f"%%MatrixMarket matrix coordinate {'integer' if integral else 'real'} symmetric\n"
+              "% procmap: symmetric communication graph C + C^T (row = sender), lower triangle\n"
+              f"{graph.n} {graph.n} {rows.size}\n")
+    with atomic_write(path, "wb") as handle:
+        handle.write(header.encode())
+        if integral:
+            table = np.column_stack([rows, cols, weight]).ravel()
+            handle.write(format_int_lines(table, np.arange(0, table.size + 1, 3)))
+        else:
+            step = 1 << 20  # bounds the temporary text
+            for start in range(0, rows.size, step):
+                chunk = slice(start, start + step)
+                handle.write(format_float_triples(rows[chunk], cols[chunk], weight[chunk]))

@@ -1,0 +1,276 @@
+"""METIS ``.graph`` files (METIS 5 manual, section 4.1.1).
+
+Layout::
+
+    % comment lines start with '%'
+    n m [fmt [ncon]]
+    [size] [w] v1 [e1] v2 [e2] ...     <- line i describes vertex i (1-based ids)
+
+* ``m`` counts undirected edges once; every edge appears in the lines of both
+  endpoints with the same weight (the file *is* the symmetric matrix, so it is
+  stored as is, not as ``C + C^T``).
+* ``fmt`` has up to three digits, written with or without leading zeros:
+  hundreds = vertex sizes present (read, checked, ignored), tens = vertex
+  weights present, units = edge weights present. ``1`` = ``001``, ``11`` = ``011``.
+* A blank line is a vertex without neighbours.
+
+Decisions (documented for users):
+
+* ``ncon > 1`` (multi-constraint vertex weights) is rejected with a clear
+  message: procmap balances one weight per task, and silently dropping the
+  other constraints would change the problem.
+* Self loops are dropped without error (a rank talking to itself costs
+  nothing). The header's ``m`` may count them or not: both are accepted.
+* Weights must be integers >= 0, as METIS requires; duplicate neighbours in one
+  line are an error (METIS' ``graphchk`` rejects them too).
+
+The writer always writes the 3-digit ``fmt`` (``001``, or ``011`` when some
+vertex weight differs from 1) and needs integer edge weights.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import scipy.sparse as sp
+
+from procmap.errors import FormatError, InputError
+from procmap.graph import CommGraph
+
+from .atomic import as_format_error, atomic_write, read_bytes
+from .comm import MAX_TASKS, format_int_lines, show_number
+from .tokenizer import tokenize
+
+_VALID_FMT = (0, 1, 10, 11, 100, 101, 110, 111)
+_EXACT_INT = 2.0**53
+
+
+def _first_bad_integer(values: np.ndarray, low: float, high: float) -> int:
+    """Index of the first value that is not an integer in ``[low, high]``, or -1."""
+    bad = ~((values >= low) & (values <= high) & (values == np.floor(values)))
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else -1
+
+
+def _parse_header(tokens, index: int, path) -> tuple[int, int, int, int]:
+    """Validate the header line ``n m [fmt [ncon]]``; return ``(n, m, fmt, ncon)``."""
+    header = tokens.line(index)
+    line = int(tokens.line_no[index])
+    if not 2 <= header.size <= 4:
+        raise FormatError(f"header must be 'n m [fmt [ncon]]', found {header.size} numbers",
+                          path, line)
+    if _first_bad_integer(header, 0, MAX_TASKS * float(MAX_TASKS)) >= 0:
+        raise FormatError("header 'n m [fmt [ncon]]' must hold non-negative integers", path, line)
+    n, m = int(header[0]), int(header[1])
+    fmt = int(header[2]) if header.size > 2 else 0
+    if fmt not in _VALID_FMT:
+        raise FormatError(f"fmt {fmt} is not a METIS format flag (digits 0/1: sizes, vertex "
+                          "weights, edge weights, e.g. 011)", path, line)
+    ncon = int(header[3]) if header.size > 3 else 1
+    if header.size > 3 and (fmt // 10) % 10 == 0:
+        raise FormatError(f"ncon = {ncon} given but fmt {fmt:03d} has no vertex weights", path, line)
+    if ncon != 1:
+        raise FormatError(f"ncon = {ncon}: multi-constraint vertex weights are not supported "
+                          "(procmap balances one weight per task)", path, line)
+    if n == 0:
+        raise FormatError("empty graph: n = 0", path, line)
+    if n > MAX_TASKS:
+        raise FormatError(f"n = {n} exceeds the supported {MAX_TASKS} tasks", path, line)
+    return n, m, fmt, ncon
+
+
+def read_metis(path: str | os.PathLike) -> CommGraph:
+    """Read a METIS graph file into a CommGraph (stored as given: already symmetric).
+
+    Raises :class:`FormatError` with file and line for a bad header, a vertex
+    line with the wrong number of values for ``fmt``, neighbour ids outside
+    ``1..n``, non-integer or negative weights, an edge missing from its other
+    endpoint's line or with a different weight there ("asymmetric"), duplicate
+    neighbours, too few/many vertex lines and an ``m`` that does not match.
+    """
+    data = read_bytes(path)
+    tokens = tokenize(data, path, comment="%", keep_blank=True)
+    counts = tokens.counts()
+    nonblank = np.flatnonzero(counts > 0)
+    if nonblank.size == 0:
+        raise FormatError("no header line 'n m [fmt [ncon]]'", path)
+    head = int(nonblank[0])
+    header_line = int(tokens.line_no[head])
+    n, m, fmt, ncon = _parse_header(tokens, head, path)
+    has_size, has_vwgt, has_ewgt = fmt // 100, (fmt // 10) % 10, fmt % 10
+
+    # Vertex lines follow the header; blank lines after the n-th are trailing space.
+    lines = np.arange(head + 1, tokens.nlines)
+    if lines.size < n:
+        raise FormatError(f"header says n = {n} vertices but only {lines.size} vertex lines follow",
+                          path, header_line)
+    extra = lines[n:][counts[lines[n:]] > 0]
+    if extra.size:
+        raise FormatError(f"more vertex lines than n = {n} (header on line {header_line})",
+                          path, int(tokens.line_no[extra[0]]))
+    lines = lines[:n]
+    line_no = tokens.line_no[lines]
+    starts = tokens.line_start[lines]
+
+    # Token counts: [size] [ncon weights] then deg neighbours (with a weight each if fmt says so).
+    prefix = has_size + has_vwgt * ncon
+    step = 1 + has_ewgt
+    rest = counts[lines] - prefix
+    bad = np.flatnonzero((rest < 0) | (rest % step != 0))
+    if bad.size:
+        i = bad[0]
+        layout = ("[size] " if has_size else "") + ("weight " if has_vwgt else "")
+        layout += "then neighbour weight pairs" if has_ewgt else "then neighbours"
+        raise FormatError(f"vertex {i + 1} has {counts[lines[i]]} numbers; fmt {fmt:03d} expects "
+                          f"{layout}", path, int(line_no[i]))
+    degree = rest // step
+
+    values = tokens.values
+    if has_size:
+        i = _first_bad_integer(values[starts], 0, _EXACT_INT)
+        if i >= 0:
+            raise FormatError(f"vertex size {show_number(values[starts[i]])} is not an integer "
+                              ">= 0", path, int(line_no[i]))
+    vwgt = None
+    if has_vwgt:
+        vwgt = values[starts + has_size]
+        i = _first_bad_integer(vwgt, 0, _EXACT_INT)
+        if i >= 0:
+            raise FormatError(f"vertex weight {show_number(vwgt[i])} is not an integer >= 0", path,
+                              int(line_no[i]))
+        vwgt = vwgt.astype(np.int64)
+
+    # Gather every (vertex, neighbour, weight) entry with index arithmetic.
+    first = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(degree, out=first[1:])
+    total = int(first[-1])
+    src = np.repeat(np.arange(n, dtype=np.int64), degree)
+    position = np.repeat(starts + prefix - step * first[:-1], degree) + step * np.arange(total)
+    neighbour = values[position]
+    i = _first_bad_integer(neighbour, 1, n)
+    if i >= 0:
+        raise FormatError(f"neighbour {show_number(neighbour[i])} of vertex {src[i] + 1} is not a "
+                          f"vertex id 1..{n}", path, int(line_no[src[i]]))
+    dst = neighbour.astype(np.int64) - 1
+    if has_ewgt:
+        weight = values[position + 1]
+        i = _first_bad_integer(weight, 0, _EXACT_INT)
+        if i >= 0:
+            raise FormatError(f"edge weight {show_number(weight[i])} is not an integer >= 0 (METIS "
+                              "weights are integers)", path, int(line_no[src[i]]))
+        weight = weight.astype(np.int64)
+    else:
+        weight = np.ones(total, dtype=np.int64)
+
+    loop = src == dst
+    loops = int(loop.sum())
+    if loops:
+        keep = ~loop
+        src, dst, weight = src[keep], dst[keep], weight[keep]
+    _check_symmetric(src, dst, weight, n, line_no, path)
+    found = src.size // 2
+    if m != found and m != found + loops:
+        loops_note = f" (and {loops} self loops, dropped)" if loops else ""
+        raise FormatError(f"header says m = {m} edges but the vertex lines hold {found}{loops_note}",
+                          path, header_line)
+    upper = src < dst  # the symmetric matrix is C + C^T of its upper triangle
+    try:
+        return CommGraph.from_edges(src[upper], dst[upper], weight[upper], n=n, vwgt=vwgt)
+    except InputError as exc:
+        raise as_format_error(exc, path) from None
+
+
+def _check_symmetric(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n: int,
+                     line_no: np.ndarray, path) -> None:
+    """Every entry u->v needs exactly one mirror v->u with the same weight.
+
+    Fast test: the entries, grouped by ``src`` as in the file, form a CSR matrix;
+    with indices sorted per row and no duplicates it is symmetric exactly when
+    it equals its transpose array by array. Only a failing file pays for
+    :func:`_explain_asymmetry`, which finds the offending line.
+    """
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    # copy: sort_indices works in place and the caller's arrays must keep file order
+    matrix = sp.csr_matrix((weight, dst, indptr), shape=(n, n), copy=True)
+    matrix.sort_indices()
+    indices = matrix.indices
+    row_start = np.zeros(indices.size, dtype=bool)
+    row_start[indptr[:-1][indptr[:-1] < indptr[1:]]] = True
+    duplicate = (indices[1:] == indices[:-1]) & ~row_start[1:]
+    if not duplicate.any():
+        mirror = matrix.transpose().tocsr()
+        mirror.sort_indices()
+        if (np.array_equal(matrix.indptr, mirror.indptr)
+                and np.array_equal(matrix.indices, mirror.indices)
+                and np.array_equal(matrix.data, mirror.data)):
+            return
+    _explain_asymmetry(src, dst, weight, n, line_no, path)
+    raise AssertionError("unreachable: the CSR test and the sort test disagree")
+
+
+def _explain_asymmetry(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n: int,
+                       line_no: np.ndarray, path) -> None:
+    """Raise a FormatError naming the first duplicate, missing mirror or weight mismatch.
+
+    Sorting the keys ``u*n+v`` and ``v*n+u`` gives the same sequence exactly when
+    the entry set is closed under reversal; weights are compared in that order.
+    """
+    forward = src * n + dst
+    order = np.argsort(forward, kind="stable")
+    sorted_forward = forward[order]
+    dup = np.flatnonzero(sorted_forward[1:] == sorted_forward[:-1])
+    if dup.size:
+        e = order[dup[0] + 1]
+        raise FormatError(f"vertex {src[e] + 1} lists neighbour {dst[e] + 1} twice", path,
+                          int(line_no[src[e]]))
+    backward = dst * n + src
+    border = np.argsort(backward, kind="stable")
+    sorted_backward = backward[border]
+    differ = np.flatnonzero(sorted_forward != sorted_backward)
+    if differ.size:
+        i = differ[0]
+        # The smaller key at the first difference is an entry whose mirror is missing.
+        e = order[i] if sorted_forward[i] < sorted_backward[i] else border[i]
+        u, v = int(src[e]) + 1, int(dst[e]) + 1
+        raise FormatError(f"asymmetric graph: edge {u}-{v} is in the line of vertex {u} but not "
+                          f"in the line of vertex {v} (line {int(line_no[v - 1])})", path,
+                          int(line_no[u - 1]))
+    differ = np.flatnonzero(weight[order] != weight[border])
+    if differ.size:
+        e, f = order[differ[0]], border[differ[0]]
+        u, v = int(src[e]) + 1, int(dst[e]) + 1
+        raise FormatError(f"asymmetric weights: edge {u}-{v} has weight {weight[e]} in the line of "
+                          f"vertex {u} but {weight[f]} in the line of vertex {v} "
+                          f"(line {int(line_no[v - 1])})", path, int(line_no[u - 1]))
+
+
+def write_metis(graph: CommGraph, path: str | os.PathLike) -> None:
+    """Write ``graph`` as a METIS file with fmt ``001`` (or ``011`` with vertex weights).
+
+    Raises :class:`FormatError` if the edge weights are not integers (METIS
+    cannot store them; use ``.comm``, ``.mtx`` or ``.npz``).
+    """
+    if graph.adjwgt.dtype.kind not in "iu":
+        raise FormatError("METIS needs integer weights; this graph has fractional edge weights "
+                          "(write .comm, .mtx or .npz instead)", path)
+    n = graph.n
+    with_vwgt = bool(np.any(graph.vwgt != 1))
+    head = int(with_vwgt)
+    degree = graph.degrees()
+    # Line u = [vwgt[u]] then (neighbour + 1, weight) per CSR entry e, so entry e of
+    # vertex u sits at 2*e + (u+1)*head in the flat token array.
+    line_start = 2 * graph.xadj + head * np.arange(n + 1, dtype=np.int64)
+    flat = np.empty(int(line_start[-1]), dtype=np.int64)
+    if with_vwgt:
+        flat[line_start[:-1]] = graph.vwgt
+    position = 2 * np.arange(graph.num_directed_edges, dtype=np.int64)
+    position += head * (np.repeat(np.arange(n, dtype=np.int64), degree) + 1)
+    flat[position] = graph.adjncy.astype(np.int64) + 1
+    flat[position + 1] = graph.adjwgt
+    fmt = "011" if with_vwgt else "001"
+    header = ("% procmap: symmetric communication graph (C + C^T), 1-based neighbour ids\n"
+              f"{n} {graph.m} {fmt}\n")
+    with atomic_write(path, "wb") as handle:
+        handle.write(header.encode())
+        handle.write(format_int_lines(flat, line_start))
