@@ -10,9 +10,10 @@ from .errors import CapacityError, FormatError, InputError, ProcmapError, Topolo
 from .graph import CommGraph
 from .objective import Evaluation, evaluate
 from .mapping import Mapping
+from .api import map_tasks
 
 __all__ = [
-    "CommGraph", "Evaluation", "Mapping", "evaluate",
+    "CommGraph", "Evaluation", "Mapping", "evaluate", "map_tasks",
     "ProcmapError", "InputError", "FormatError", "TopologyError", "CapacityError",
     "__version__",
 ]

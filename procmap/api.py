@@ -1,0 +1,128 @@
+"""``procmap.map_tasks``: the one entry point of every mapping engine (DESIGN.md section 4)."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from . import baselines
+from .engines.hm import hierarchical_multisection
+from .engines.im import integrated_mapping
+from .engines.splitters import jet_splitter
+from .errors import CapacityError, InputError, TopologyError
+from .graph import CommGraph
+from .kernels.swap_cpu import swap_refine
+from .mapping import Mapping
+from .objective import evaluate, is_rank_placement, max_block_weight
+
+ENGINES = ("auto", "hm", "hm-ultra", "im")
+
+ProgressFn = Callable[[str, str], None]
+
+
+def _check_inputs(graph: CommGraph, topology, engine: str, eps: float) -> None:
+    if engine not in ENGINES:
+        raise InputError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if graph.n == 0:
+        raise InputError("empty graph: there are no tasks to map")
+    if not hasattr(topology, "prefix_sizes"):
+        raise TopologyError("the mapping engines need a hierarchy (--hierarchy); explicit "
+                            "distance matrices can be evaluated but not mapped onto yet")
+    if not (0.0 <= eps < 10.0):
+        raise InputError(f"imbalance {eps} outside [0, 10)")
+    if topology.total_slots == 0:
+        raise CapacityError("the machine has no slots (every PE has capacity 0)")
+
+
+def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 0.03,
+              seed: int = 0, progress: ProgressFn | None = None) -> Mapping:
+    """Map the tasks of ``graph`` onto the PEs of ``topology``, minimising J.
+
+    Parameters
+    ----------
+    graph : the symmetric communication graph (J counts both directions of each edge).
+    topology : a :class:`~procmap.topology.Hierarchy`; its capacities are slots per PE.
+    engine : ``"hm"`` (hierarchical multisection), ``"hm-ultra"`` (with Jet's ultra
+        refinement schedule), ``"im"`` (integrated mapping) or ``"auto"``.
+    eps : allowed imbalance in partition mapping: ``L_max = ceil((1+eps) c(V)/k')``
+        over the ``k'`` PEs with capacity.
+    seed : random seed; the same input, seed and engine give the same mapping.
+    progress : optional callback ``progress(phase, detail)``.
+
+    Two modes (DESIGN.md section 2): with ``n <= slots`` (rank placement) no PE gets
+    more tasks than its capacity, the result is polished by swap refinement and is
+    never worse than the block placement a launcher would use (the better of the
+    two is returned; ``Mapping.engine`` says which). With ``n > slots`` (partition
+    mapping) every usable PE receives at most ``L_max`` task weight.
+    """
+    _check_inputs(graph, topology, engine, eps)
+    seconds: dict[str, float] = {}
+    t_start = time.perf_counter()
+    levels = topology.levels
+    caps = topology.capacities
+    if is_rank_placement(graph, topology):
+        pes, used = _rank_placement(graph, topology, engine, seed, seconds, progress)
+    else:
+        k_usable = int(np.count_nonzero(caps))
+        lmax = max_block_weight(graph.total_vertex_weight, k_usable, eps)
+        heaviest = int(graph.vwgt.max())
+        if heaviest > lmax:
+            raise CapacityError(f"task {int(graph.vwgt.argmax())} weighs {heaviest}, more than "
+                                f"L_max = {lmax}: no balanced mapping exists (raise --imbalance)")
+        share = (caps > 0).astype(np.float64)
+        used = engine
+        if engine == "auto":
+            used = "im"
+        if used == "im" and k_usable < topology.k:
+            used = "hm"  # im's refinement uses one L_max for every PE: it cannot keep PEs empty
+        if used == "im":
+            pes = integrated_mapping(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt, levels,
+                                     topology.distances, lmax, eps, seed, share, seconds, progress)
+        else:
+            t0 = time.perf_counter()
+            pes = hierarchical_multisection(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt,
+                                            levels, share, eps, seed,
+                                            jet_splitter(ultra=used == "hm-ultra"),
+                                            progress=_count_progress(progress, "multisection"))
+            seconds["multisection"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ev = evaluate(graph, topology, pes, eps=eps)
+    seconds["evaluation"] = time.perf_counter() - t0
+    seconds["total"] = time.perf_counter() - t_start
+    return Mapping(pes=pes, engine=used, evaluation=ev, device="cpu", seed=seed, seconds=seconds)
+
+
+def _count_progress(progress, phase):
+    if progress is None:
+        return None
+    return lambda done, total: progress(phase, f"{done}/{total} tasks placed")
+
+
+def _rank_placement(graph, topology, engine, seed, seconds, progress):
+    """n <= slots: exact capacities in every split, then swaps; never worse than block."""
+    caps = topology.capacities
+    levels = topology.levels
+    prefix = topology.prefix_sizes
+    dist = np.asarray(topology.distances, dtype=np.float64)
+    unit = np.ones(graph.n, dtype=np.int64)  # placement counts tasks, not their weights
+    used = "hm" if engine in ("auto", "im") else engine
+    t0 = time.perf_counter()
+    pes = hierarchical_multisection(graph.xadj, graph.adjncy, graph.adjwgt, unit, levels,
+                                    caps.astype(np.float64), 0.0, seed,
+                                    jet_splitter(ultra=used == "hm-ultra"), caps=caps)
+    seconds["multisection"] = time.perf_counter() - t0
+    if progress:
+        progress("multisection", f"{graph.n} tasks on {topology.k} PEs")
+    t0 = time.perf_counter()
+    swap_refine(graph.xadj, graph.adjncy, graph.adjwgt, pes, caps, prefix, dist)
+    block = baselines.block(graph.n, topology)
+    swap_refine(graph.xadj, graph.adjncy, graph.adjwgt, block, caps, prefix, dist)
+    seconds["swap refinement"] = time.perf_counter() - t0
+    if progress:
+        progress("swap refinement", "from the multisection and from the block placement")
+    j_hm = evaluate(graph, topology, pes).J
+    j_block = evaluate(graph, topology, block).J
+    if j_block < j_hm:
+        return block, "block+swaps"
+    return pes, used

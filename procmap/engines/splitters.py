@@ -1,0 +1,37 @@
+"""Splitters: how one multisection step partitions a subgraph (see hm.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+from procmap.kernels.limits_cpu import fit_to_limits
+
+from .multilevel import kway_partition
+
+
+#: Multilevel cycles per split by depth (top split first); deeper splits use the last.
+#: Traffic cut by the top split crosses the most expensive links, so it gets more tries.
+TRIES = {False: (4, 2, 1), True: (8, 4, 2)}
+
+
+def jet_splitter(ultra: bool = False):
+    """Split with procmap's multilevel partitioner (edge cut), Jet or Jet-ultra refinement.
+
+    Blocks with equal targets share one limit, which Jet's rebalancers enforce;
+    unequal limits (irregular capacities) are then met exactly by
+    :func:`~procmap.kernels.limits_cpu.fit_to_limits`.
+    """
+
+    schedule = TRIES[ultra]
+
+    def split(xadj, adjncy, adjwgt, vwgt, targets, limits, eps, seed, depth=0):
+        k = targets.size
+        tries = schedule[min(depth, len(schedule) - 1)]
+        uniform = bool(np.all(limits == limits[0]))
+        part = kway_partition(xadj, adjncy, adjwgt, vwgt, k, int(limits.max()), eps=eps,
+                              seed=seed, ultra=ultra, targets=None if uniform else targets,
+                              tries=tries)
+        if not uniform:
+            fit_to_limits(xadj, adjncy, adjwgt, vwgt, part, limits)
+        return part
+
+    return split

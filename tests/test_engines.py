@@ -1,0 +1,172 @@
+"""Mapping engines on the CPU: validity, determinism, capacities, brute force."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from procmap import CommGraph, baselines, evaluate
+from procmap.api import map_tasks
+from procmap.engines.hm import adaptive_imbalance
+from procmap.errors import CapacityError, InputError, TopologyError
+from procmap.generators import grid_graph
+from procmap.kernels.limits_cpu import fit_to_limits
+from procmap.kernels.subgraph_cpu import extract_subgraphs
+from procmap.kernels.swap_cpu import swap_refine
+from procmap.topology import DistanceMatrix, Hierarchy
+
+
+def random_graph(n, avg_deg, seed, float_weights=False):
+    rng = np.random.default_rng(seed)
+    m = n * avg_deg // 2
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    w = rng.random(m) * 100 if float_weights else rng.integers(1, 100, m)
+    return CommGraph.from_edges(src, dst, w, n=n)
+
+
+def test_adaptive_imbalance_matches_sharedmap_root_value():
+    # at the root of a 3-level hierarchy: (1 + eps)^(1/3) - 1
+    assert adaptive_imbalance(0.03, 1000, 192, 1000, 192, 3) == pytest.approx(0.009902, abs=1e-6)
+    # a light subgraph gets more room, an overfull one is clamped to 0.001
+    assert adaptive_imbalance(0.03, 1000, 192, 150, 32, 2) > 0.03
+    assert adaptive_imbalance(0.03, 1000, 192, 250, 32, 2) == 0.001
+
+
+def test_extract_subgraphs_equals_scipy_submatrices():
+    g = random_graph(60, 6, 1)
+    part = np.random.default_rng(2).integers(0, 4, g.n)
+    part[part == 2] = 3  # an empty block
+    blocks, members = extract_subgraphs(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, 4)
+    A = g.to_scipy()
+    for (x, a, w, v), ids in zip(blocks, members):
+        assert np.all(part[ids] == part[ids[0]]) if ids.size else True
+        sub = A[ids][:, ids].tocsr()
+        assert np.array_equal(x, sub.indptr) and np.array_equal(a, sub.indices)
+        assert np.array_equal(w, sub.data) and np.array_equal(v, g.vwgt[ids])
+    assert sum(ids.size for ids in members) == g.n
+
+
+def test_swap_refine_lowers_J_by_reported_gain_and_stays_valid():
+    g = random_graph(40, 6, 3)
+    h = Hierarchy.parse("2:2:3:2", "1:5:20:50").with_capacities(np.full(24, 2))
+    pes = baselines.random(g.n, h, seed=4).astype(np.int32)
+    before = evaluate(g, h, pes).J
+    gain = swap_refine(g.xadj, g.adjncy, g.adjwgt, pes, h.capacities, h.prefix_sizes,
+                       np.array(h.distances))
+    after = evaluate(g, h, pes)
+    assert after.valid and gain > 0
+    assert before - after.J == pytest.approx(2 * gain)
+
+
+def test_fit_to_limits_meets_uneven_limits():
+    g = grid_graph((10, 10))
+    part = np.zeros(g.n, dtype=np.int32)
+    limits = np.array([10, 50, 25, 15])
+    assert fit_to_limits(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, limits) > 0
+    assert np.all(np.bincount(part, minlength=4) <= limits)
+    too_small = np.zeros(g.n, dtype=np.int32)
+    assert fit_to_limits(g.xadj, g.adjncy, g.adjwgt, g.vwgt, too_small, np.array([10, 10, 10, 10])) == -1
+
+
+@pytest.mark.parametrize("engine", ["hm", "hm-ultra", "im"])
+def test_partition_mapping_is_valid_and_beats_baselines(engine):
+    g = grid_graph((24, 20))
+    h = Hierarchy.parse("2:2:3", "1:10:100")
+    m = map_tasks(g, h, engine=engine, seed=1)
+    assert m.evaluation.mode == "partition" and m.evaluation.valid
+    assert m.pes.shape == (g.n,) and m.pes.min() >= 0 and m.pes.max() < h.k
+    lmax = math.ceil(1.03 * g.n / h.k)
+    assert np.bincount(m.pes, minlength=h.k).max() <= lmax
+    for name in baselines.BASELINES:
+        assert m.J < evaluate(g, h, baselines.baseline(name, g.n, h)).J
+
+
+@pytest.mark.parametrize("engine", ["hm", "im"])
+def test_determinism(engine):
+    g = random_graph(500, 8, 5, float_weights=True)
+    h = Hierarchy.parse("2:4:2", "1:10:100")
+    a = map_tasks(g, h, engine=engine, seed=7)
+    b = map_tasks(g, h, engine=engine, seed=7)
+    assert np.array_equal(a.pes, b.pes) and a.J == b.J
+
+
+def test_weighted_tasks_respect_lmax():
+    g = random_graph(300, 6, 8)
+    vwgt = np.random.default_rng(9).integers(1, 10, g.n)
+    g = CommGraph(g.xadj, g.adjncy, g.adjwgt, vwgt)
+    h = Hierarchy.parse("2:2:2")
+    for engine in ("hm", "im"):
+        m = map_tasks(g, h, engine=engine, seed=0)
+        assert m.evaluation.valid
+        assert m.evaluation.loads.max() <= math.ceil(1.03 * vwgt.sum() / 8)
+
+
+# ----------------------------------------------------------------- rank placement
+def stencil_numbered_randomly(shape, seed):
+    g = grid_graph(shape)
+    perm = np.random.default_rng(seed).permutation(g.n)
+    A = g.to_scipy()
+    return CommGraph.from_scipy(A[perm][:, perm], symmetric=True)
+
+
+@pytest.mark.parametrize("levels,n", [("4:8:6", 192), ("4:8:6", 150), ("2:3:4", 24)])
+def test_rank_placement_is_valid_and_never_worse_than_block(levels, n):
+    h = Hierarchy.parse(levels, "1:10:100")
+    for g in (random_graph(n, 4, 11), stencil_numbered_randomly((n, 1), 1)):
+        m = map_tasks(g, h, seed=0)
+        ev = m.evaluation
+        assert ev.mode == "placement" and ev.valid and ev.counts.max() <= 1
+        for name in baselines.BASELINES:
+            assert m.J <= evaluate(g, h, baselines.baseline(name, g.n, h, seed=0)).J
+
+
+def test_rank_placement_stencil_natural_and_random_order():
+    h = Hierarchy.parse("4:8:6", "1:10:100")
+    natural = grid_graph((8, 6, 4))
+    block_J = evaluate(natural, h, baselines.block(192, h)).J
+    assert map_tasks(natural, h).J <= block_J
+    shuffled = stencil_numbered_randomly((8, 6, 4), 3)
+    assert map_tasks(shuffled, h).J <= 1.10 * block_J
+
+
+def test_rank_placement_irregular_capacities():
+    caps = np.ones(48, dtype=np.int64)
+    caps[[1, 2, 9, 30, 31, 40]] = 0
+    caps[[5, 6]] = 3
+    h = Hierarchy.parse("4:4:3", "1:10:100").with_capacities(caps)
+    g = random_graph(int(caps.sum()), 5, 12)
+    m = map_tasks(g, h, seed=2)
+    assert m.evaluation.valid
+    assert np.all(np.bincount(m.pes, minlength=48) <= caps)
+
+
+def brute_force_placement(g, h):
+    best = None
+    for perm in itertools.permutations(range(h.k), g.n):
+        j = evaluate(g, h, np.array(perm)).J
+        best = j if best is None else min(best, j)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_rank_placement_small_cases_reach_brute_force_optimum(seed):
+    h = Hierarchy.parse("2:2:2", "1:10:100")
+    g = random_graph(7, 4, 20 + seed)
+    optimum = brute_force_placement(g, h)
+    j = map_tasks(g, h, seed=seed).J
+    assert optimum <= j <= 1.05 * optimum
+
+
+def test_bad_requests():
+    h = Hierarchy.parse("2:2")
+    with pytest.raises(InputError, match="empty"):
+        map_tasks(CommGraph.from_edges([], [], [], n=0), h)
+    heavy = random_graph(40, 4, 1)
+    vwgt = np.ones(heavy.n, dtype=np.int64)
+    vwgt[3] = 100
+    with pytest.raises(CapacityError, match="L_max"):
+        map_tasks(CommGraph(heavy.xadj, heavy.adjncy, heavy.adjwgt, vwgt), h)
+    with pytest.raises(TopologyError):
+        map_tasks(heavy, DistanceMatrix.from_hierarchy(h))
+    with pytest.raises(InputError, match="engine"):
+        map_tasks(heavy, h, engine="magic")
