@@ -130,8 +130,8 @@ class CommGraph:
                 raise InputError(f"{name} task ids must be integers")
             if ids.size and ids.dtype.kind not in "iuf":
                 raise InputError(f"{name} task ids must be integers")
-        src = src.astype(np.int64)
-        dst = dst.astype(np.int64)
+        src = src.astype(np.int64, copy=False)
+        dst = dst.astype(np.int64, copy=False)
         weights = (np.ones(src.size, dtype=np.int64) if weights is None
                    else _weights_dtype(np.asarray(weights).ravel()))
         if weights.shape != src.shape:
@@ -150,8 +150,17 @@ class CommGraph:
         keep = src != dst
         if not keep.all():
             src, dst, weights = src[keep], dst[keep], weights[keep]
-        mat = sp.csr_matrix((weights, (src, dst)), shape=(n, n))
+        exact = weights.dtype.kind == "i"
+        if not symmetric and exact:
+            # C + C^T in one conversion: both directions of every entry, summed by tocsr.
+            # Only for integers: float sums in another order would differ in the last bit
+            # between (u, v) and (v, u).
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+            weights = np.concatenate([weights, weights])
+        mat = sp.coo_matrix((weights, (src, dst)), shape=(n, n)).tocsr()
         mat.sum_duplicates()
+        if not symmetric and not exact:
+            mat = (mat + mat.T).tocsr()  # x + y == y + x: the result is exactly symmetric
         if symmetric:
             diff = abs(mat - mat.T)
             if diff.nnz and diff.max() != 0:
@@ -160,8 +169,6 @@ class CommGraph:
                 u, v = int(coo.row[i]), int(coo.col[i])
                 raise InputError(
                     f"asymmetric weights: C[{u},{v}] = {mat[u, v]} but C[{v},{u}] = {mat[v, u]}")
-        else:
-            mat = (mat + mat.T).tocsr()
         mat.eliminate_zeros()
         mat.sort_indices()
         return cls._from_csr_matrix(mat, vwgt)

@@ -243,7 +243,7 @@ def show_number(value) -> str:
 
 
 def format_float_triples(first: np.ndarray, second: np.ndarray, value: np.ndarray) -> bytes:
-    """Lines ``"<int> <int> <float>\n"``; floats in their shortest round-trip form (``repr``).
+    """Lines ``"<int> <int> <float>\\n"``; floats in their shortest round-trip form (``repr``).
 
     One ``%`` formatting call per chunk keeps the per-line work in C.
     """
