@@ -281,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_machine_args(p)
     p.set_defaults(func=_cmd_map)
 
+    from procmap.launcher_hooks.cli import register as _register_launchers
+    _register_launchers(sub, _add_machine_args, _machine, _Progress)
+
     p = sub.add_parser("topology", help="print the hierarchy of this machine or Slurm job",
                        description="Detect the machine hierarchy from the Slurm environment "
                                    "(inside a job) or from sysfs, and print it as a hierarchy "
@@ -317,15 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     try:
         return args.func(args)
+    except BrokenPipeError:  # e.g. piped into `head`: not an error of the user's input
+        sys.stderr.close()
+        return 0
     except (ProcmapError, OSError) as exc:
         if args.debug:
             raise
         msg = str(exc).replace("\n", " ")
         print(f"procmap: error: {msg}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # e.g. piped into `head`: not an error of the user's input
-        sys.stderr.close()
-        return 0
     except KeyboardInterrupt:
         print("procmap: interrupted", file=sys.stderr)
         return 130

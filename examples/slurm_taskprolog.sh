@@ -1,0 +1,25 @@
+#!/bin/sh
+# Example site TaskProlog for procmap (slurm.conf:  TaskProlog=/etc/slurm/taskprolog.sh).
+#
+# slurmstepd runs the TaskProlog before every task, with the task's environment, and
+# applies the "export NAME=value" lines it prints (launcher notes 3.4). This one
+# keeps the site's own exports and appends procmap's:
+#   PROCMAP_RANK_MAP, PROCMAP_NEW_RANK, PROCMAP_CPU and, when the job asked for it
+#   with PROCMAP_BIND=1, SLURM_PROLOG_CPU_MASK (binds the task to procmap's core).
+# procmap's part is active only when the job wrote a rank map, i.e. ran
+#   procmap slurm app.comm -H ... --rank-map "$SLURM_SUBMIT_DIR/procmap.$SLURM_JOB_ID.ranks"
+# (or exported PROCMAP_RANK_MAP) before its srun.
+#
+# A TaskProlog must never fail and must be fast: no Python here, just the shipped
+# POSIX script, copied next to this one by the administrator:
+#   python3 -c 'from procmap.launcher_hooks.slurm import taskprolog_path; print(taskprolog_path())'
+
+# --- site-specific exports would go here -----------------------------------------
+# echo "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}"
+
+# --- procmap ----------------------------------------------------------------------
+PROCMAP_TASKPROLOG=${PROCMAP_TASKPROLOG:-$(dirname "$0")/procmap_taskprolog.sh}
+if [ -r "$PROCMAP_TASKPROLOG" ]; then
+    sh "$PROCMAP_TASKPROLOG" || true
+fi
+exit 0
