@@ -6,7 +6,8 @@
 3. Uncoarsen: project the mapping and refine it on every level with Jet label
    propagation whose gain is the change in J (paper equation 1; distances looked up
    level by level, no k x k matrix), with weak/strong rebalancing, locking and the
-   same stopping rule (12 iterations without a relative improvement of 0.999).
+   same stopping rule (12 iterations without a relative improvement of 0.999),
+   followed on every level by k-way FM passes with the same J gain.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 
 import numpy as np
 
+from procmap.kernels.fm_cpu import fm_refine
 from procmap.kernels.jet_cpu import jet_refine
 
 from .hm import hierarchical_multisection
@@ -46,5 +48,6 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
             pes = pes[g.cmap]
         pes, _ = jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,
                             seed=seed + depth)
+        fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist)
     seconds["refinement"] = time.perf_counter() - t0
     return np.asarray(pes, dtype=np.int32)

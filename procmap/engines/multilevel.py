@@ -9,7 +9,9 @@ The three phases are kept apart, KaMinPar-style:
 2. *initial partitioning* of the coarsest graph with METIS (pymetis);
 3. *refinement* while uncoarsening: Jet label propagation with the afterburner,
    weak then strong rebalancing (non-ultra: filter 0.75 on coarse levels, 0.25 on
-   the finest; ultra: the 17 ratios 0.85 .. 0.05 on every level).
+   the finest; ultra: the 17 ratios 0.85 .. 0.05 on every level), then, with
+   ``fm=True``, k-way FM passes that can climb out of the local optima where label
+   propagation stops (sequential: the CPU backend's quality step).
 
 The objective is the edge cut, or, given ``prefix``/``dist``, the hierarchical
 communication cost J (the ``im`` engine uses this).
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from procmap.kernels.coarsen_cpu import coarse_ids, contract, two_hop_matching
+from procmap.kernels.fm_cpu import fm_refine
 from procmap.kernels.jet_cpu import block_weights, filter_schedule, jet_refine
 
 from .initial import metis_partition
@@ -40,35 +43,58 @@ class Level:
     adjwgt: np.ndarray
     vwgt: np.ndarray
     cmap: np.ndarray | None = None  # fine vertex -> coarse vertex (set once coarsened)
+    part: np.ndarray | None = None  # partition this level must respect (V-cycles)
 
     @property
     def n(self) -> int:
         return self.xadj.size - 1
 
 
-def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int) -> list[Level]:
+def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
+            part: np.ndarray | None = None) -> list[Level]:
     """Coarsen until ``n <= target_n``; returns the levels, finest first.
 
     ``max_vwgt`` caps coarse vertex weights (no pair heavier than ``L_max``), so a
-    balanced initial partition of the coarsest graph stays possible.
+    balanced initial partition of the coarsest graph stays possible. Given ``part``
+    (a V-cycle), only vertices of the same block are contracted: matching runs on
+    the graph without cut edges, so every coarse vertex lies in one block and the
+    partition carries over to every level unchanged.
     """
-    levels = [Level(xadj, adjncy, adjwgt, vwgt)]
+    levels = [Level(xadj, adjncy, adjwgt, vwgt, part=part)]
     while levels[-1].n > target_n:
         g = levels[-1]
-        match = two_hop_matching(g.xadj, g.adjncy, g.adjwgt, g.vwgt, max_vwgt, seed + len(levels))
+        mx, ma, mw = g.xadj, g.adjncy, g.adjwgt
+        if g.part is not None:
+            mx, ma, mw = _internal_edges(g.xadj, g.adjncy, g.adjwgt, g.part)
+        match = two_hop_matching(mx, ma, mw, g.vwgt, max_vwgt, seed + len(levels))
         cmap, nc = coarse_ids(match)
         if nc > MIN_SHRINK * g.n:
             break
         cx, ca, cw, cv = contract(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cmap, nc)
         g.cmap = cmap
-        levels.append(Level(cx, ca, cw, cv))
+        cpart = None
+        if g.part is not None:
+            cpart = np.empty(nc, dtype=np.int32)
+            cpart[cmap] = g.part
+        levels.append(Level(cx, ca, cw, cv, part=cpart))
     return levels
+
+
+def _internal_edges(xadj, adjncy, adjwgt, part):
+    """The CSR without the edges between different blocks of ``part``."""
+    src = np.repeat(np.arange(xadj.size - 1), np.diff(xadj))
+    keep = part[src] == part[adjncy]
+    counts = np.bincount(src[keep], minlength=xadj.size - 1)
+    fx = np.zeros(xadj.size, dtype=np.int64)
+    np.cumsum(counts, out=fx[1:])
+    return fx, adjncy[keep], adjwgt[keep]
 
 
 def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float, seed: int = 0,
                    ultra: bool = False, prefix: np.ndarray | None = None,
                    dist: np.ndarray | None = None, coarsen_factor: int = COARSEN_FACTOR,
-                   targets: np.ndarray | None = None, tries: int = 1) -> np.ndarray:
+                   targets: np.ndarray | None = None, tries: int = 1,
+                   fm: bool = True, vcycles: int = 0) -> np.ndarray:
     """Partition into ``k`` blocks of weight at most ``lmax``; returns int32 block ids.
 
     Minimises the edge cut, or J for the hierarchy ``prefix``/``dist`` when given
@@ -89,7 +115,14 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     for attempt in range(max(1, tries)):
         s = seed + 7919 * attempt
         part, value = _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, s, ultra, prefix, dist,
-                              coarsen_factor, targets)
+                              coarsen_factor, targets, fm)
+        for cycle in range(vcycles):
+            # re-coarsen inside the blocks and refine again: coarse moves shift whole
+            # clusters across block borders, which single-vertex moves cannot
+            again, v2 = _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, s + cycle + 1, ultra,
+                                prefix, dist, coarsen_factor, targets, fm, part)
+            if v2 < value and block_weights(again, vwgt, k).max() <= lmax:
+                part, value = again, v2
         key = (int(block_weights(part, vwgt, k).max()) > lmax, value)
         if best_key is None or key < best_key:
             best, best_key = part, key
@@ -97,12 +130,19 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
 
 
 def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist, coarsen_factor,
-            targets):
-    """One coarsen / initial partition / refine cycle; returns ``(part, objective)``."""
-    levels = coarsen(xadj, adjncy, adjwgt, vwgt, coarsen_factor * k, lmax, seed)
+            targets, fm, start=None):
+    """One coarsen / initial partition / refine cycle; returns ``(part, objective)``.
+
+    With ``start`` (a partition) the cycle is a V-cycle that keeps blocks intact
+    while coarsening and starts refining from ``start`` on the coarsest level.
+    """
+    levels = coarsen(xadj, adjncy, adjwgt, vwgt, coarsen_factor * k, lmax, seed, start)
     coarsest = levels[-1]
-    part = metis_partition(coarsest.xadj, coarsest.adjncy, coarsest.adjwgt, coarsest.vwgt,
-                           k, eps, seed, targets)
+    if start is not None:
+        part = coarsest.part
+    else:
+        part = metis_partition(coarsest.xadj, coarsest.adjncy, coarsest.adjwgt, coarsest.vwgt,
+                               k, eps, seed, targets)
     value = None
     for depth in range(len(levels) - 1, -1, -1):
         g = levels[depth]
@@ -111,4 +151,7 @@ def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist,
         for ratio in filter_schedule(ultra=ultra, finest=depth == 0):
             part, value = jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
                                      dist, filter_ratio=ratio, seed=seed + depth)
+        if fm:
+            value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
+                                     dist)
     return part, value

@@ -11,6 +11,8 @@ from .multilevel import kway_partition
 #: Multilevel cycles per split by depth (top split first); deeper splits use the last.
 #: Traffic cut by the top split crosses the most expensive links, so it gets more tries.
 TRIES = {False: (4, 2, 1), True: (8, 4, 2)}
+#: V-cycles after each try, by depth (same indexing).
+VCYCLES = {False: (2, 1, 0), True: (6, 3, 1)}
 
 
 def jet_splitter(ultra: bool = False):
@@ -22,14 +24,16 @@ def jet_splitter(ultra: bool = False):
     """
 
     schedule = TRIES[ultra]
+    cycles = VCYCLES[ultra]
 
     def split(xadj, adjncy, adjwgt, vwgt, targets, limits, eps, seed, depth=0):
         k = targets.size
         tries = schedule[min(depth, len(schedule) - 1)]
+        vcycles = cycles[min(depth, len(cycles) - 1)]
         uniform = bool(np.all(limits == limits[0]))
         part = kway_partition(xadj, adjncy, adjwgt, vwgt, k, int(limits.max()), eps=eps,
                               seed=seed, ultra=ultra, targets=None if uniform else targets,
-                              tries=tries)
+                              tries=tries, vcycles=vcycles)
         if not uniform:
             fit_to_limits(xadj, adjncy, adjwgt, vwgt, part, limits)
         return part
