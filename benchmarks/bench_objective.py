@@ -14,7 +14,6 @@ import statistics
 import time
 
 import numba
-import numpy as np
 
 from procmap import evaluate
 from procmap.baselines import block

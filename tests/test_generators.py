@@ -1,0 +1,91 @@
+"""Generators of the benchmark families: grid, random geometric and Delaunay graphs."""
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph, random_points
+
+
+def _check_basic(g):
+    mat = g.to_scipy()
+    assert g.xadj.dtype == np.int64 and g.adjncy.dtype == np.int32
+    assert (mat != mat.T).nnz == 0  # symmetric
+    assert not np.any(mat.diagonal())  # no self loops
+    assert np.all(g.adjwgt == 1)  # unit weights on both directions
+    assert np.all(g.vwgt == 1)
+    for u in range(min(g.n, 50)):  # rows sorted, no duplicates
+        row = g.adjncy[g.xadj[u]:g.xadj[u + 1]]
+        assert np.all(np.diff(row) > 0)
+
+
+def _same(a, b):
+    return (np.array_equal(a.xadj, b.xadj) and np.array_equal(a.adjncy, b.adjncy)
+            and np.array_equal(a.adjwgt, b.adjwgt))
+
+
+def test_grid_unit_weights():
+    g = grid_graph((5, 7))
+    _check_basic(g)
+    assert g.m == 4 * 7 + 5 * 6
+
+
+@pytest.mark.parametrize("make", [random_geometric_graph, delaunay_graph])
+def test_basic_properties_and_determinism(make):
+    g = make(400, seed=3)
+    assert g.n == 400
+    _check_basic(g)
+    assert _same(g, make(400, seed=3))
+    assert not _same(g, make(400, seed=4))
+
+
+def test_rgg_edges_are_exactly_the_close_pairs():
+    n, seed, factor = 300, 7, 0.55
+    g = random_geometric_graph(n, seed=seed, radius_factor=factor)
+    pts = random_points(n, seed)
+    radius = factor * np.sqrt(np.log(n) / n)
+    d = np.sqrt(((pts[:, None, :] - pts[None, :, :]) ** 2).sum(axis=2))
+    close = (d < radius) & ~np.eye(n, dtype=bool)
+    # numbering-independent checks first: edge count and degree multiset
+    assert g.m == int(close.sum()) // 2
+    assert sorted(g.degrees().tolist()) == sorted(close.sum(axis=1).tolist())
+    # exact check through the documented numbering (cells of side = radius, row-major)
+    from procmap.generators import _spatial_order
+    order = _spatial_order(pts, radius)
+    expected = sp.csr_matrix(close[np.ix_(order, order)].astype(np.int64))
+    assert (g.to_scipy() != expected).nnz == 0
+
+
+def test_spatial_numbering_is_local():
+    g = random_geometric_graph(2000, seed=1)
+    src = g.edge_sources()
+    span = np.abs(g.adjncy.astype(np.int64) - src).mean()
+    assert span < 0.1 * g.n  # a random numbering would give about n / 3
+
+
+def test_delaunay_size_and_connected():
+    n = 500
+    g = delaunay_graph(n, seed=2)
+    _check_basic(g)
+    assert 2.7 * n < g.m <= 3 * n - 6  # planar triangulation: 3n - 3 - hull edges
+    ncomp, _ = connected_components(g.to_scipy(), directed=False)
+    assert ncomp == 1
+
+
+def test_delaunay_matches_scipy():
+    from scipy.spatial import Delaunay
+    from procmap.generators import _spatial_order
+
+    n, seed = 200, 5
+    pts = random_points(n, seed)
+    g = delaunay_graph(n, seed=seed)
+    order = _spatial_order(pts, 0.55 * np.sqrt(np.log(n) / n))
+    new_id = np.empty(n, dtype=np.int64)
+    new_id[order] = np.arange(n)
+    edges = set()
+    for a, b, c in Delaunay(pts).simplices:
+        for u, v in ((a, b), (b, c), (c, a)):
+            u, v = new_id[u], new_id[v]
+            edges.add((min(u, v), max(u, v)))
+    coo = sp.triu(g.to_scipy()).tocoo()
+    assert set(zip(coo.row.tolist(), coo.col.tolist())) == edges
