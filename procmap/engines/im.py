@@ -1,6 +1,6 @@
 """Integrated mapping (``im``): map while uncoarsening (GPU-IM paper, section 4).
 
-1. Coarsen the whole task graph until ``n <= 8k`` (no coarse vertex heavier than
+1. Coarsen the whole task graph until ``n <= 128 k`` (no coarse vertex heavier than
    ``L_max``).
 2. Map the coarsest graph onto the PEs with hierarchical multisection.
 3. Uncoarsen: project the mapping and refine it on every level with Jet label
@@ -19,8 +19,14 @@ from procmap.kernels.fm_cpu import fm_refine
 from procmap.kernels.jet_cpu import jet_refine
 
 from .hm import hierarchical_multisection
-from .multilevel import COARSEN_FACTOR, coarsen
+from .multilevel import coarsen
 from .splitters import jet_splitter
+
+#: im coarsens to ``COARSEN_FACTOR * k`` vertices before the initial hm. GPU-HeiPa uses
+#: 8, its v1 (GPU-HeiProMap) 128; on the CPU 128 measured better J for similar time:
+#: hm on a few hundred vertices per PE finds the block shapes that J-refinement of a
+#: very coarse mapping cannot.
+COARSEN_FACTOR = 128
 
 
 def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int, eps: float,

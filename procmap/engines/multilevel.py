@@ -30,6 +30,10 @@ from .initial import metis_partition
 
 #: Coarsening stops at ``COARSEN_FACTOR * k`` vertices (GPU-HeiPa: 8).
 COARSEN_FACTOR = 8
+#: Coarsening never goes below this many vertices: METIS partitions a graph of a few
+#: thousand vertices in milliseconds and better than Jet refines a tiny one up, and
+#: small subgraphs (the deep splits of hm) then skip the multilevel cycle entirely.
+MIN_COARSE = 3000
 #: A level that keeps more than this fraction of the vertices ends coarsening.
 MIN_SHRINK = 0.95
 
@@ -136,7 +140,8 @@ def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist,
     With ``start`` (a partition) the cycle is a V-cycle that keeps blocks intact
     while coarsening and starts refining from ``start`` on the coarsest level.
     """
-    levels = coarsen(xadj, adjncy, adjwgt, vwgt, coarsen_factor * k, lmax, seed, start)
+    levels = coarsen(xadj, adjncy, adjwgt, vwgt, max(coarsen_factor * k, MIN_COARSE), lmax, seed,
+                     start)
     coarsest = levels[-1]
     if start is not None:
         part = coarsest.part

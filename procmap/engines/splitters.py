@@ -10,9 +10,9 @@ from .multilevel import kway_partition
 
 #: Multilevel cycles per split by depth (top split first); deeper splits use the last.
 #: Traffic cut by the top split crosses the most expensive links, so it gets more tries.
-TRIES = {False: (4, 2, 1), True: (8, 4, 2)}
+TRIES = {False: (1,), True: (4, 2, 1)}
 #: V-cycles after each try, by depth (same indexing).
-VCYCLES = {False: (2, 1, 0), True: (6, 3, 1)}
+VCYCLES = {False: (1, 0), True: (3, 1, 0)}
 
 
 def jet_splitter(ultra: bool = False):
