@@ -34,6 +34,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .common_cpu import mix64 as _mix64
+
 #: HEM stops after this many proposal/handshake rounds (or earlier, when a round
 #: matches nothing). On a unit-weight 2D grid rounds 1-3 match 57%, 82%, 90% of the
 #: vertices and rounds 4-6 another ~1%; late rounds touch only the few vertices
@@ -55,17 +57,6 @@ _NO_CAP = np.iinfo(np.int64).max
 
 
 # --------------------------------------------------------------------- hashing
-@nb.njit(inline="always", cache=True)
-def _mix64(x):
-    """splitmix64 finaliser: a bijective scramble of a uint64."""
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x
-
-
 @nb.njit(inline="always", cache=True)
 def _edge_hash(u, v, seed):
     """Tie-break key of the undirected edge {u, v}: symmetric in u, v, seeded."""

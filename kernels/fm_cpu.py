@@ -15,15 +15,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-
-@nb.njit(cache=True, inline="always")
-def _distance(p, q, prefix, dist):
-    if p == q:
-        return 0.0
-    t = 0
-    while t < prefix.size - 1 and p // prefix[t] != q // prefix[t]:
-        t += 1
-    return dist[t]
+from .common_cpu import distance as _distance
 
 
 @nb.njit(cache=True)

@@ -52,6 +52,10 @@ import math
 import numba as nb
 import numpy as np
 
+from .common_cpu import distance as _distance
+from .common_cpu import level_index as _level_index
+from .common_cpu import mix64 as _mix64
+
 # ------------------------------------------------------------------ constants
 #: Rebalancing sorts candidate moves approximately into this many gain buckets
 #: (Jet / GPU-HeiPa: 50 buckets, loss buckets centred on bucket 25).
@@ -90,33 +94,6 @@ def _num_chunks(n: int, k: int) -> int:
 
 
 # ------------------------------------------------------------------ helpers
-@nb.njit(inline="always", cache=True)
-def _level_index(p, q, prefix):
-    """Index ``t`` (0-based) of the deepest common level of PEs ``p != q``."""
-    t = 0
-    while p // prefix[t] != q // prefix[t]:
-        t += 1
-    return t
-
-
-@nb.njit(inline="always", cache=True)
-def _distance(p, q, prefix, dist):
-    if p == q:
-        return 0.0
-    return dist[_level_index(p, q, prefix)]
-
-
-@nb.njit(inline="always", cache=True)
-def _mix64(x):
-    """splitmix64 finaliser (bijective scramble of a uint64)."""
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x
-
-
 def _seed_key(seed: int) -> np.uint64:
     return np.uint64((int(seed) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64)
 
