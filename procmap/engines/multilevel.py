@@ -98,7 +98,7 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
                    ultra: bool = False, prefix: np.ndarray | None = None,
                    dist: np.ndarray | None = None, coarsen_factor: int = COARSEN_FACTOR,
                    targets: np.ndarray | None = None, tries: int = 1,
-                   fm: bool = True, vcycles: int = 0) -> np.ndarray:
+                   fm: bool = True, vcycles: int = 0, jet_iters: int = 12) -> np.ndarray:
     """Partition into ``k`` blocks of weight at most ``lmax``; returns int32 block ids.
 
     Minimises the edge cut, or J for the hierarchy ``prefix``/``dist`` when given
@@ -106,6 +106,8 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     hard limit the refinement enforces. With ``tries > 1`` the whole multilevel cycle
     runs with ``tries`` seeds and the partition with the lowest objective among the
     balanced ones is kept (the top splits of ``hm`` dominate J, so they get more tries).
+    ``jet_iters`` is Jet's patience: iterations without improvement before a level's
+    refinement stops (Jet: 12).
     """
     n = xadj.size - 1
     if k <= 1 or n == 0:
@@ -119,12 +121,12 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     for attempt in range(max(1, tries)):
         s = seed + 7919 * attempt
         part, value = _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, s, ultra, prefix, dist,
-                              coarsen_factor, targets, fm)
+                              coarsen_factor, targets, fm, jet_iters=jet_iters)
         for cycle in range(vcycles):
             # re-coarsen inside the blocks and refine again: coarse moves shift whole
             # clusters across block borders, which single-vertex moves cannot
             again, v2 = _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, s + cycle + 1, ultra,
-                                prefix, dist, coarsen_factor, targets, fm, part)
+                                prefix, dist, coarsen_factor, targets, fm, part, jet_iters)
             if v2 < value and block_weights(again, vwgt, k).max() <= lmax:
                 part, value = again, v2
         key = (int(block_weights(part, vwgt, k).max()) > lmax, value)
@@ -134,7 +136,7 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
 
 
 def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist, coarsen_factor,
-            targets, fm, start=None):
+            targets, fm, start=None, jet_iters=12):
     """One coarsen / initial partition / refine cycle; returns ``(part, objective)``.
 
     With ``start`` (a partition) the cycle is a V-cycle that keeps blocks intact
@@ -155,7 +157,8 @@ def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist,
             part = part[g.cmap]  # project the coarser partition onto this level
         for ratio in filter_schedule(ultra=ultra, finest=depth == 0):
             part, value = jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
-                                     dist, filter_ratio=ratio, seed=seed + depth)
+                                     dist, filter_ratio=ratio, seed=seed + depth,
+                                     max_iters=jet_iters)
         if fm:
             value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
                                      dist)

@@ -13,6 +13,9 @@ from .multilevel import kway_partition
 TRIES = {False: (1,), True: (4, 2, 1)}
 #: V-cycles after each try, by depth (same indexing).
 VCYCLES = {False: (1, 0), True: (3, 1, 0)}
+#: Jet's patience per level. FM runs after Jet on every level, so hm can stop Jet
+#: earlier than Jet's 12 (measured: same J on the 2^17 set, about 15% less time).
+JET_ITERS = {False: 8, True: 12}
 
 
 def jet_splitter(ultra: bool = False):
@@ -33,7 +36,7 @@ def jet_splitter(ultra: bool = False):
         uniform = bool(np.all(limits == limits[0]))
         part = kway_partition(xadj, adjncy, adjwgt, vwgt, k, int(limits.max()), eps=eps,
                               seed=seed, ultra=ultra, targets=None if uniform else targets,
-                              tries=tries, vcycles=vcycles)
+                              tries=tries, vcycles=vcycles, jet_iters=JET_ITERS[ultra])
         if not uniform:
             fit_to_limits(xadj, adjncy, adjwgt, vwgt, part, limits)
         return part
