@@ -155,3 +155,50 @@ def test_version_and_help(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     assert "examples:" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------- map
+def test_map_writes_a_mapping_that_eval_confirms(capsys, tmp_path):
+    out = tmp_path / "halo.map"
+    code, o, _ = run(capsys, "map", EXAMPLE, "--hierarchy", "4:8:6", "--distance", "1:10:100",
+                     "-o", str(out), "--json", "--quiet")
+    assert code == 0
+    result = json.loads(o)
+    assert result["valid"] and result["mode"] == "placement"
+    assert result["J"] <= result["J_block"]
+    code, o, _ = run(capsys, "eval", EXAMPLE, "--mapping", str(out), "--hierarchy", "4:8:6",
+                     "--distance", "1:10:100", "--json")
+    assert code == 0 and json.loads(o)["J"] == result["J"]
+
+
+def test_map_text_report_and_partition_mode(capsys, grid_files, tmp_path):
+    code, o, _ = run(capsys, "map", grid_files["graph"], "--hierarchy", "2:2:3", "--engine", "im",
+                     "--seed", "3", "--quiet", "-o", str(tmp_path / "g.map"))
+    assert code == 0
+    for needle in ("J ", "traffic", "L_max", "vs block", "time"):
+        assert needle in o
+
+
+@pytest.mark.parametrize("content,argv,needle", [
+    ("# tasks: 0\n", [], "empty"),
+    ("0 1 5\n1 2 5\n2 3 5\n", ["--slots", "1", "--hierarchy", "3"], "slots"),
+    ("0 1 5\n", ["--hierarchy", "4:8", "--distance", "1:10:100"], "distances"),
+])
+def test_map_bad_requests_write_nothing(capsys, tmp_path, content, argv, needle):
+    graph = tmp_path / "g.comm"
+    graph.write_text(content)
+    out = tmp_path / "out.map"
+    args = ["map", str(graph), "-o", str(out), "--quiet"] + (argv or [])
+    if "--hierarchy" not in args:
+        args += ["--hierarchy", "2:2"]
+    code, o, err = run(capsys, *args)
+    assert code == 2 and o == "" and not out.exists()
+    assert len(err.strip().splitlines()) == 1 and needle in err
+
+
+def test_map_task_heavier_than_lmax(capsys, tmp_path):
+    graph = tmp_path / "heavy.graph"
+    # METIS with vertex weights: task 1 weighs 50 of 53
+    graph.write_text("3 2 010\n1 2\n50 1 3\n1 2\n")
+    code, _, err = run(capsys, "map", str(graph), "--hierarchy", "2", "--quiet")
+    assert code == 2 and "L_max" in err
