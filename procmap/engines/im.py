@@ -27,6 +27,10 @@ from .splitters import jet_splitter
 #: hm on a few hundred vertices per PE finds the block shapes that J-refinement of a
 #: very coarse mapping cannot.
 COARSEN_FACTOR = 128
+#: The coarsest graph is small, so its hm can afford the tries and V-cycles by depth
+#: (see splitters.py) that the block shapes of the final mapping depend on.
+INITIAL_TRIES = (1,)
+INITIAL_VCYCLES = (1, 0)
 
 
 def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int, eps: float,
@@ -43,7 +47,8 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
     t0 = time.perf_counter()
     g = hier[-1]
     pes = hierarchical_multisection(g.xadj, g.adjncy, g.adjwgt, g.vwgt, levels, share, eps, seed,
-                                    jet_splitter())
+                                    jet_splitter(tries=INITIAL_TRIES, vcycles=INITIAL_VCYCLES,
+                                                 jet_iters=12))
     seconds["initial mapping"] = time.perf_counter() - t0
     if progress:
         progress("initial mapping", "hm on the coarsest graph")

@@ -18,25 +18,28 @@ VCYCLES = {False: (1, 0), True: (3, 1, 0)}
 JET_ITERS = {False: 8, True: 12}
 
 
-def jet_splitter(ultra: bool = False):
+def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple | None = None,
+                 jet_iters: int | None = None):
     """Split with procmap's multilevel partitioner (edge cut), Jet or Jet-ultra refinement.
 
-    Blocks with equal targets share one limit, which Jet's rebalancers enforce;
-    unequal limits (irregular capacities) are then met exactly by
-    :func:`~procmap.kernels.limits_cpu.fit_to_limits`.
+    ``tries``/``vcycles`` (by split depth) and ``jet_iters`` default to the ``hm`` or
+    ``hm-ultra`` schedule above. Blocks with equal targets share one limit, which
+    Jet's rebalancers enforce; unequal limits (irregular capacities) are then met
+    exactly by :func:`~procmap.kernels.limits_cpu.fit_to_limits`.
     """
 
-    schedule = TRIES[ultra]
-    cycles = VCYCLES[ultra]
+    schedule = TRIES[ultra] if tries is None else tries
+    cycles = VCYCLES[ultra] if vcycles is None else vcycles
+    patience = JET_ITERS[ultra] if jet_iters is None else jet_iters
 
     def split(xadj, adjncy, adjwgt, vwgt, targets, limits, eps, seed, depth=0):
         k = targets.size
-        tries = schedule[min(depth, len(schedule) - 1)]
-        vcycles = cycles[min(depth, len(cycles) - 1)]
+        attempts = schedule[min(depth, len(schedule) - 1)]
+        rounds = cycles[min(depth, len(cycles) - 1)]
         uniform = bool(np.all(limits == limits[0]))
         part = kway_partition(xadj, adjncy, adjwgt, vwgt, k, int(limits.max()), eps=eps,
                               seed=seed, ultra=ultra, targets=None if uniform else targets,
-                              tries=tries, vcycles=vcycles, jet_iters=JET_ITERS[ultra])
+                              tries=attempts, vcycles=rounds, jet_iters=patience)
         if not uniform:
             fit_to_limits(xadj, adjncy, adjwgt, vwgt, part, limits)
         return part
