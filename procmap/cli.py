@@ -18,6 +18,7 @@ from .errors import ProcmapError
 
 EPILOG = """\
 examples:
+  procmap rankfile app.comm --hierarchy 4:8:6 --distance 1:10:100 --hosts 'node[01-06]'
   procmap map app.comm --hierarchy 4:8:6 --distance 1:10:100 -o app.map
   procmap map mesh.graph --hierarchy 4:8:6 --engine im --imbalance 0.03 --seed 1 --json
   procmap eval app.comm --baseline block --hierarchy 4:8:6 --distance 1:10:100
