@@ -161,10 +161,11 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, max_stall)
 
 
 def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist, *,
-              max_passes: int = 4, max_stall: int | None = None) -> float:
+              max_passes: int = 4, max_stall: int | None = None, min_gain: float = 0.0) -> float:
     """Run FM passes on ``part`` (int32, modified in place) until a pass gains nothing.
 
-    ``max_stall`` moves without a new best end a pass (default ``max(50, n/100)``).
+    ``max_stall`` moves without a new best end a pass (default ``max(50, n/100)``);
+    a pass that gains no more than ``min_gain`` ends the refinement.
     A move's gain is computed over u's own CSR row, i.e. one direction of each edge;
     J counts both directions, so J decreases by exactly twice the returned value.
     """
@@ -178,6 +179,6 @@ def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist,
     for _ in range(max_passes):
         g = _fm_pass(xadj, adjncy, w, vwgt, part, int(k), int(lmax), prefix, dist, int(max_stall))
         total += g
-        if g <= 1e-9:
+        if g <= max(min_gain, 1e-9):
             break
     return total
