@@ -110,8 +110,7 @@ def _cmd_eval(args) -> int:
                "seconds": {"read": t_read, "evaluate": t_eval}}
         print(json.dumps(out, indent=2))
         return 0
-    print(f"graph     {args.graph}: {graph.n} tasks, {graph.m} edges")
-    print(f"machine   {_describe_machine(topo)}")
+    _print_header(args.graph, graph, topo)
     print(f"mapping   {source}")
     _print_quality(ev)
     print(f"time      read {t_read:.3f} s, evaluate {t_eval:.3f} s")
@@ -164,8 +163,7 @@ def _cmd_map(args) -> int:
                "improvement_over_block": gain}
         print(json.dumps(out, indent=2))
         return 0
-    print(f"graph     {args.graph}: {graph.n} tasks, {graph.m} edges")
-    print(f"machine   {_describe_machine(topo)}")
+    _print_header(args.graph, graph, topo)
     print(f"engine    {mapping.engine} (seed {args.seed}, {mapping.device})")
     _print_quality(ev)
     verdict = f"{100 * gain:.1f}% lower" if gain >= 0 else f"{-100 * gain:.1f}% higher"
@@ -174,6 +172,11 @@ def _cmd_map(args) -> int:
     if args.output:
         print(f"wrote     {args.output}")
     return 0
+
+
+def _print_header(path, graph, topo) -> None:
+    print(f"graph     {path}: {graph.n} tasks, {graph.m} edges")
+    print(f"machine   {_describe_machine(topo)}")
 
 
 def _print_quality(ev) -> None:
