@@ -55,6 +55,7 @@ import numpy as np
 from .common_cpu import distance as _distance
 from .common_cpu import level_index as _level_index
 from .common_cpu import mix64 as _mix64
+from .objective_cpu import level_traffic, pe_loads
 
 # ------------------------------------------------------------------ constants
 #: Rebalancing sorts candidate moves approximately into this many gain buckets
@@ -121,28 +122,9 @@ def _gain_bucket(gain, w):
 
 
 # ------------------------------------------------------------------ objective
-@nb.njit(parallel=True, cache=True)
-def _traffic_kernel(xadj, adjncy, adjwgt, part, prefix, nchunks, out):
-    """``out[c, t]``: traffic of chunk ``c`` at level ``t`` (0 = inside a block)."""
-    n = part.size
-    for c in nb.prange(nchunks):
-        lo = c * n // nchunks
-        hi = (c + 1) * n // nchunks
-        for u in range(lo, hi):
-            p = part[u]
-            for e in range(xadj[u], xadj[u + 1]):
-                q = part[adjncy[e]]
-                if p == q:
-                    out[c, 0] += adjwgt[e]
-                else:
-                    out[c, _level_index(p, q, prefix) + 1] += adjwgt[e]
-
-
 def _traffic(xadj, adjncy, adjwgt, part, prefix, k) -> np.ndarray:
-    nchunks = _num_chunks(part.size, k)
-    out = np.zeros((nchunks, prefix.size + 1), dtype=adjwgt.dtype)
-    _traffic_kernel(xadj, adjncy, adjwgt, part, prefix, nchunks, out)
-    return out.sum(axis=0)  # chunk order fixed: same float sum for any thread count
+    """Traffic per level (index 0 = inside a block), the objective kernel's own."""
+    return level_traffic(xadj, adjncy, adjwgt, part, prefix)
 
 
 def _cost_of(traffic, dist) -> float:
@@ -150,17 +132,9 @@ def _cost_of(traffic, dist) -> float:
     return float(sum(float(d) * traffic[t + 1] for t, d in enumerate(dist)))
 
 
-@nb.njit(cache=True)
-def _block_weights(part, vwgt, k):
-    bw = np.zeros(k, dtype=np.int64)
-    for u in range(part.size):
-        bw[part[u]] += vwgt[u]
-    return bw
-
-
 def block_weights(part, vwgt, k: int) -> np.ndarray:
     """Total vertex weight per block (int64, length ``k``)."""
-    return _block_weights(np.asarray(part), np.asarray(vwgt, dtype=np.int64), int(k))
+    return pe_loads(np.asarray(part), np.asarray(vwgt, dtype=np.int64), int(k))[0]
 
 
 def cost(xadj, adjncy, adjwgt, part, prefix, dist) -> float:
@@ -604,7 +578,7 @@ def rebalance_weak(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, *, seed=0)
     """
     xadj, adjncy, adjwgt, vwgt, part, prefix, _ = _prepare(xadj, adjncy, adjwgt, vwgt, part,
                                                            prefix, None)
-    bw = _block_weights(part, vwgt, int(k))
+    bw = block_weights(part, vwgt, k)
     moves, dest = _weak_moves(xadj, adjncy, adjwgt, vwgt, part, int(k), int(lmax), prefix, bw, seed)
     return moves, dest[moves]
 
@@ -626,7 +600,7 @@ def rebalance_strong(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix):
     """
     xadj, adjncy, adjwgt, vwgt, part, prefix, _ = _prepare(xadj, adjncy, adjwgt, vwgt, part,
                                                            prefix, None)
-    bw = _block_weights(part, vwgt, int(k))
+    bw = block_weights(part, vwgt, k)
     moves, target = _strong_moves(xadj, adjncy, adjwgt, vwgt, part, int(k), int(lmax), prefix, bw)
     return moves, target[moves]
 
@@ -740,7 +714,7 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     cur_cost = _cost_of(traffic, dist)
     if n == 0 or k == 1:
         return cur, cur_cost
-    bw = _block_weights(cur, vwgt, k)
+    bw = block_weights(cur, vwgt, k)
     fwgt = _as_float(adjwgt)  # gain kernels; traffic stays in the weights' dtype
 
     best, best_cost, best_maxw = cur.copy(), cur_cost, int(bw.max())

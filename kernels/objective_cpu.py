@@ -9,16 +9,19 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .common_cpu import level_index
+
 
 def _chunks(n: int) -> int:
-    # A few chunks per thread keeps the load balanced on skewed degree distributions.
-    return max(1, min(n, 4 * nb.get_num_threads()))
+    # Chunks depend on n alone, never on the thread count: float sums then come out
+    # bit-identical for any number of threads. ~16k tasks a chunk, at most 1024 chunks,
+    # keeps the load balanced on skewed degree distributions.
+    return max(1, min(1024, n // 16384))
 
 
 @nb.njit(parallel=True, cache=True)
 def _level_traffic(xadj, adjncy, adjwgt, pe, prefix, nchunks, out):
     n = xadj.size - 1
-    nlev = prefix.size
     for c in nb.prange(nchunks):
         lo = c * n // nchunks
         hi = (c + 1) * n // nchunks
@@ -30,11 +33,7 @@ def _level_traffic(xadj, adjncy, adjwgt, pe, prefix, nchunks, out):
                 if p == q:
                     acc[0] += adjwgt[e]
                     continue
-                # p, q meet at the smallest level t with p // P_t == q // P_t
-                t = 1
-                while t < nlev and p // prefix[t - 1] != q // prefix[t - 1]:
-                    t += 1
-                acc[t] += adjwgt[e]
+                acc[level_index(p, q, prefix) + 1] += adjwgt[e]
 
 
 def level_traffic(xadj, adjncy, adjwgt, pe, prefix) -> np.ndarray:
@@ -48,7 +47,7 @@ def level_traffic(xadj, adjncy, adjwgt, pe, prefix) -> np.ndarray:
     nchunks = _chunks(xadj.size - 1)
     out = np.zeros((nchunks, prefix.size + 1), dtype=adjwgt.dtype)
     _level_traffic(xadj, adjncy, adjwgt, pe, prefix, nchunks, out)
-    return out.sum(axis=0)
+    return out.sum(axis=0)  # fixed chunk order: the same float sum for any thread count
 
 
 @nb.njit(parallel=True, cache=True)
