@@ -162,7 +162,8 @@ def _place(args, layout: HostLayout, graph, progress, deadline: float | None = N
     topo = layout.hierarchy
     t0 = time.perf_counter()
     mapping = slurm.call_with_deadline(
-        lambda: map_tasks(graph, topo, engine=args.engine, seed=args.seed, progress=progress),
+        lambda: map_tasks(graph, topo, engine=args.engine, seed=args.seed, device=args.device,
+                          progress=progress),
         deadline)
     pes = canonical_cores(mapping.pes, topo)
     ev = evaluate(graph, topo, pes)
@@ -563,7 +564,8 @@ def _add_common(p: argparse.ArgumentParser, add_machine_args: Callable, default_
     add_machine_args(p)
 
 
-def register(subparsers, add_machine_args: Callable, machine: Callable, progress_class) -> None:
+def register(subparsers, add_machine_args: Callable, machine: Callable, progress_class,
+             add_device_arg: Callable) -> None:
     """Add ``rankfile``, ``machinefile`` and ``slurm`` to ``procmap``'s subcommands.
 
     Parameters
@@ -577,6 +579,8 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
     progress_class:
         ``procmap.cli._Progress``: ``progress_class(enabled)`` is a ``(phase, detail)``
         callback.
+    add_device_arg:
+        ``procmap.cli.add_device_arg`` (adds --device).
     """
     helpers = {"machine": machine, "progress_class": progress_class}
     fmt = argparse.RawDescriptionHelpFormatter
@@ -587,6 +591,7 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
                     "(rank N=<host> slot=<node-local core> for every rank) and print the mpirun "
                     "line for the installed Open MPI (4.x --rankfile, 5.x --map-by rankfile:file=)."))
     _add_common(p, add_machine_args, "rankfile", hosts_required=True)
+    add_device_arg(p)
     p.add_argument("--mpirun", default="mpirun", metavar="PATH",
                    help="mpirun whose --version picks the launch line (default: mpirun on PATH)")
     p.add_argument("--openmpi-version", metavar="4|5",
@@ -600,6 +605,7 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
                     "and print the per-node CPU lists (-bind-to user: for MPICH, "
                     "I_MPI_PIN_PROCESSOR_LIST for Intel MPI) and the mpiexec line."))
     _add_common(p, add_machine_args, "machinefile", hosts_required=True)
+    add_device_arg(p)
     p.add_argument("--flavor", choices=mpich.FLAVORS, default="mpich",
                    help="mpich (Hydra mpiexec -f) or intel (mpiexec -machinefile); default mpich")
     p.set_defaults(func=functools.partial(_cmd_machinefile, **helpers))
@@ -613,6 +619,7 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
                     "or a --timeout overrun falls back to the block placement, writes one line on "
                     "stderr and exits 0."))
     _add_common(p, add_machine_args, "hostfile", hosts_required=False)
+    add_device_arg(p)
     p.add_argument("--cpu-bind", action="store_true",
                    help="also give --cpu-bind=map_cpu: lists (node-local rank -> core)")
     p.add_argument("--rank-map", metavar="FILE",

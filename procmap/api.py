@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -10,8 +11,9 @@ from . import baselines
 from .engines.hm import hierarchical_multisection
 from .engines.im import integrated_mapping
 from .engines.splitters import jet_splitter
-from .errors import CapacityError, InputError, TopologyError
+from .errors import CapacityError, DeviceError, InputError, TopologyError
 from .graph import CommGraph
+from .kernels import backend
 from .kernels.swap_cpu import swap_refine
 from .mapping import Mapping
 from .objective import evaluate, is_rank_placement, max_block_weight
@@ -36,7 +38,8 @@ def _check_inputs(graph: CommGraph, topology, engine: str, eps: float) -> None:
 
 
 def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 0.03,
-              seed: int = 0, progress: ProgressFn | None = None) -> Mapping:
+              seed: int = 0, device: str = "auto",
+              progress: ProgressFn | None = None) -> Mapping:
     """Map the tasks of ``graph`` onto the PEs of ``topology``, minimising J.
 
     Parameters
@@ -47,7 +50,13 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
         refinement schedule), ``"im"`` (integrated mapping) or ``"auto"``.
     eps : allowed imbalance in partition mapping: ``L_max = ceil((1+eps) c(V)/k')``
         over the ``k'`` PEs with capacity.
-    seed : random seed; the same input, seed and engine give the same mapping.
+    seed : random seed; the same input, seed, engine and device give the same mapping.
+    device : ``"cpu"``, ``"gpu"`` (CuPy and a CUDA GPU; an error when there is none) or
+        ``"auto"`` (the GPU for graphs with at least
+        ``kernels.backend.AUTO_GPU_MIN_EDGES`` directed edges when one is usable). On
+        the GPU, subgraphs below ``kernels.backend.GPU_MIN_VERTICES`` vertices and rank
+        placement run on the CPU. Out of GPU memory, ``"auto"`` warns and reruns on the
+        CPU; ``"gpu"`` raises :class:`~procmap.errors.DeviceError`.
     progress : optional callback ``progress(phase, detail)``.
 
     Two modes (DESIGN.md section 2): with ``n <= slots`` (rank placement) no PE gets
@@ -57,11 +66,40 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
     mapping) every usable PE receives at most ``L_max`` task weight.
     """
     _check_inputs(graph, topology, engine, eps)
+    try:
+        concrete = backend.resolve_device(device, graph.adjncy.size)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    except RuntimeError as exc:
+        raise DeviceError(str(exc)) from None
+    try:
+        return _map(graph, topology, engine, eps, seed, concrete, progress)
+    except Exception as exc:
+        if not _out_of_gpu_memory(exc):
+            raise
+        if device == "gpu":
+            raise DeviceError("out of GPU memory; run with --device cpu (or device='cpu')") \
+                from None
+        warnings.warn("out of GPU memory: mapping on the CPU instead", RuntimeWarning,
+                      stacklevel=2)
+        return _map(graph, topology, engine, eps, seed, "cpu", progress)
+
+
+def _out_of_gpu_memory(exc: BaseException) -> bool:
+    """CuPy's allocator failure (checked by name: CuPy may not be installed)."""
+    return (type(exc).__name__ == "OutOfMemoryError"
+            and type(exc).__module__.startswith("cupy"))
+
+
+def _map(graph, topology, engine, eps, seed, device, progress) -> Mapping:
+    """:func:`map_tasks` on the concrete ``device`` ("cpu" or "gpu")."""
     seconds: dict[str, float] = {}
     t_start = time.perf_counter()
     levels = topology.levels
     caps = topology.capacities
     if is_rank_placement(graph, topology):
+        # at most a few thousand tasks: the host is faster than any kernel launch
+        device = "cpu"
         pes, used = _rank_placement(graph, topology, engine, seed, seconds, progress)
     else:
         k_usable = int(np.count_nonzero(caps))
@@ -78,19 +116,21 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
             used = "hm"  # im's refinement uses one L_max for every PE: it cannot keep PEs empty
         if used == "im":
             pes = integrated_mapping(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt, levels,
-                                     topology.distances, lmax, eps, seed, share, seconds, progress)
+                                     topology.distances, lmax, eps, seed, share, seconds, progress,
+                                     device=device)
         else:
             t0 = time.perf_counter()
             pes = hierarchical_multisection(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt,
                                             levels, share, eps, seed,
                                             jet_splitter(ultra=used == "hm-ultra"),
-                                            progress=_count_progress(progress, "multisection"))
+                                            progress=_count_progress(progress, "multisection"),
+                                            device=device)
             seconds["multisection"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     ev = evaluate(graph, topology, pes, eps=eps)
     seconds["evaluation"] = time.perf_counter() - t0
     seconds["total"] = time.perf_counter() - t_start
-    return Mapping(pes=pes, engine=used, evaluation=ev, device="cpu", seed=seed, seconds=seconds)
+    return Mapping(pes=pes, engine=used, evaluation=ev, device=device, seed=seed, seconds=seconds)
 
 
 def _count_progress(progress, phase):

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import __version__
 from .errors import ProcmapError
+from .kernels.backend import AUTO_GPU_MIN_EDGES, DEVICES
 
 EPILOG = """\
 examples:
@@ -37,6 +38,15 @@ conventions:
 
 
 # ---------------------------------------------------------------- machine
+def add_device_arg(p: argparse.ArgumentParser) -> None:
+    """``--device``: shared by every command that maps."""
+    p.add_argument("--device", choices=DEVICES, default="auto",
+                   help="where to compute: gpu (CuPy and a CUDA GPU; error if none), cpu, or "
+                        "auto (default: the GPU for graphs of at least "
+                        f"{AUTO_GPU_MIN_EDGES:,} directed edges when one is usable). Rank "
+                        "placement and small subproblems always run on the CPU")
+
+
 def _add_machine_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g = p.add_argument_group("machine")
     g.add_argument("--hierarchy", "-H", metavar="A1:A2:..",
@@ -149,7 +159,7 @@ def _cmd_map(args) -> int:
         raise CapacityError(f"{graph.n} tasks but only {topo.total_slots} slots "
                             f"({topo.k} PEs x {args.slots}); rank placement needs tasks <= slots")
     mapping = map_tasks(graph, topo, engine=args.engine, eps=args.imbalance, seed=args.seed,
-                        progress=progress)
+                        device=args.device, progress=progress)
     ev = mapping.evaluation
     block = evaluate(graph, topo, baselines.block(graph.n, topo), eps=args.imbalance)
     gain = (1.0 - ev.J / block.J) if block.J else 0.0
@@ -277,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "partition mapping, hm + swaps for rank placement")
     p.add_argument("--imbalance", "-e", type=float, default=0.03, metavar="EPS",
                    help="allowed imbalance eps in partition mapping (default 0.03)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (same seed, same mapping)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed (same seed and device, same mapping)")
+    add_device_arg(p)
     p.add_argument("-o", "--output", metavar="FILE", help="write the mapping: one PE id per line")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
@@ -286,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_map)
 
     from procmap.launcher_hooks.cli import register as _register_launchers
-    _register_launchers(sub, _add_machine_args, _machine, _Progress)
+    _register_launchers(sub, _add_machine_args, _machine, _Progress, add_device_arg)
 
     p = sub.add_parser("topology", help="print the hierarchy of this machine or Slurm job",
                        description="Detect the machine hierarchy from the Slurm environment "

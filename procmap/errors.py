@@ -58,3 +58,7 @@ class TopologyError(ProcmapError, ValueError):
 
 class CapacityError(ProcmapError, ValueError):
     """A request that no valid mapping can satisfy (more tasks than slots, ...)."""
+
+
+class DeviceError(ProcmapError, RuntimeError):
+    """The requested device cannot run the job (no usable GPU, out of GPU memory)."""

@@ -64,7 +64,7 @@ def small_graph(tmp_path):
 
 def fixed_mapper(monkeypatch, pes_for):
     """Replace the mapper by ``pes_for(graph, topology) -> task->PE array``."""
-    def fake(graph, topology, *, engine="auto", eps=0.03, seed=0, progress=None):
+    def fake(graph, topology, *, engine="auto", eps=0.03, seed=0, device="auto", progress=None):
         pes = np.asarray(pes_for(graph, topology), dtype=np.int32)
         return Mapping(pes=pes, engine="fixed", evaluation=evaluate(graph, topology, pes))
     monkeypatch.setattr(launcher_cli, "map_tasks", fake)

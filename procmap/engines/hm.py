@@ -10,6 +10,10 @@ Every split is delegated to a *splitter* ``f(xadj, adjncy, adjwgt, vwgt, targets
 limits, eps, seed, depth) -> part``: ``targets`` are the children's shares of the
 weight, ``limits`` their hard maximum weights and ``depth`` the number of splits
 above this one (0 for the top split, whose cut costs the most).
+
+With ``device="gpu"`` the graph is uploaded once; splits and subgraph extraction run
+on the GPU while a subgraph has at least ``backend.GPU_MIN_VERTICES`` vertices, and
+smaller subgraphs (most of the deep splits) move to the host and finish there.
 """
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from procmap.kernels.subgraph_cpu import extract_subgraphs
+from procmap.kernels import backend
+from procmap.kernels.backend import to_host
 
 Splitter = Callable[..., np.ndarray]
 
@@ -39,7 +44,8 @@ def adaptive_imbalance(eps: float, total_weight: float, k: int, sub_weight: floa
 
 def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndarray,
                               eps: float, seed: int, split: Splitter,
-                              caps: np.ndarray | None = None, progress=None) -> np.ndarray:
+                              caps: np.ndarray | None = None, progress=None,
+                              device: str = "cpu") -> np.ndarray:
     """Map tasks to PEs by recursive multisection; returns task -> PE (int32).
 
     Parameters
@@ -50,27 +56,33 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
     eps : the global imbalance; splits use the adaptive imbalance.
     caps : per-PE hard capacity in vertex weight (rank placement); ``None`` means the
         limits come from ``eps`` alone.
+    device : ``"cpu"`` or ``"gpu"`` (concrete; see :func:`procmap.kernels.backend.resolve_device`).
+        The result is a host array either way.
     """
     n = xadj.size - 1
     levels = tuple(int(a) for a in levels)
     k = math.prod(levels)
     share = np.asarray(share, dtype=np.float64)
     total_share = share.sum()
-    total_weight = float(np.sum(vwgt))
+    total_weight = float(vwgt.sum())
     pes = np.zeros(n, dtype=np.int32)
+    be = backend.for_size(device, n)
+    graph = tuple(be.asarray(a) for a in (xadj, adjncy, adjwgt, vwgt))
     # work items: (subgraph arrays, global ids, level index, first PE)
-    stack = [((xadj, adjncy, adjwgt, vwgt), np.arange(n, dtype=np.int64), len(levels) - 1, 0)]
+    stack = [(graph, np.arange(n, dtype=np.int64), len(levels) - 1, 0)]
     done = 0
     while stack:
         (sx, sa, sw, sv), ids, lev, first = stack.pop()
+        if backend.is_device_array(sx) and ids.size < backend.GPU_MIN_VERTICES:
+            sx, sa, sw, sv = (to_host(a) for a in (sx, sa, sw, sv))
         a = levels[lev]
         child = math.prod(levels[:lev])  # PEs per child group
         k_sub = a * child
         sub_share = share[first:first + k_sub]
         child_share = sub_share.reshape(a, child).sum(axis=1)
-        weight = float(np.sum(sv))
+        weight = float(sv.sum())
         if a == 1 or ids.size == 0:
-            part = np.zeros(ids.size, dtype=np.int32)
+            part = backend.of(sx).xp.zeros(ids.size, dtype=np.int32)
         else:
             # the subgraph's expected weight is its share of the total; see equation 2
             usable_k = k * sub_share.sum() / total_share if total_share else k_sub
@@ -82,13 +94,13 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
             part = split(sx, sa, sw, sv, targets, limits, e, seed + first + lev,
                              depth=len(levels) - 1 - lev)
         if lev == 0:
-            pes[ids] = first + part
+            pes[ids] = first + to_host(part)
             done += ids.size
             if progress is not None:
                 progress(done, n)
             continue
-        blocks, members = extract_subgraphs(sx, sa, sw, sv, part, a)
+        blocks, members = backend.of(sx).extract_subgraphs(sx, sa, sw, sv, part, a)
         # push in reverse so the lowest PE range is handled first (deterministic order)
         for b in range(a - 1, -1, -1):
-            stack.append((blocks[b], ids[members[b]], lev - 1, first + b * child))
+            stack.append((blocks[b], ids[to_host(members[b])], lev - 1, first + b * child))
     return pes

@@ -7,7 +7,12 @@
    propagation whose gain is the change in J (paper equation 1; distances looked up
    level by level, no k x k matrix), with weak/strong rebalancing, locking and the
    same stopping rule (12 iterations without a relative improvement of 0.999),
-   followed on every level by k-way FM passes with the same J gain.
+   followed on every level by k-way FM passes with the same J gain (on the CPU;
+   levels refined on the GPU skip FM, as GPU-HeiPa does).
+
+With ``device="gpu"`` the graph is uploaded once and coarsened there; levels below
+``backend.GPU_MIN_VERTICES`` vertices (the coarsest ones, and the initial hm) run on
+the host, the larger ones on the GPU.
 """
 from __future__ import annotations
 
@@ -15,8 +20,9 @@ import time
 
 import numpy as np
 
+from procmap.kernels import backend
+from procmap.kernels.backend import to_host
 from procmap.kernels.fm_cpu import fm_refine
-from procmap.kernels.jet_cpu import jet_refine
 
 from .hm import hierarchical_multisection
 from .multilevel import coarsen
@@ -43,19 +49,28 @@ FM_MIN_GAIN = 0.001
 
 
 def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int, eps: float,
-                       seed: int, share: np.ndarray, seconds: dict, progress=None) -> np.ndarray:
-    """Return task -> PE (int32) for partition mapping onto the hierarchy ``levels``."""
+                       seed: int, share: np.ndarray, seconds: dict, progress=None,
+                       device: str = "cpu") -> np.ndarray:
+    """Return task -> PE (int32, host) for partition mapping onto the hierarchy ``levels``.
+
+    ``device`` is ``"cpu"`` or ``"gpu"``; ``seconds`` receives the time per phase.
+    """
     k = int(np.prod(levels))
     prefix = np.cumprod(np.asarray(levels, dtype=np.int64))
     dist = np.asarray(distances, dtype=np.float64)
     t0 = time.perf_counter()
-    hier = coarsen(xadj, adjncy, adjwgt, vwgt, COARSEN_FACTOR * k, lmax, seed)
+    be = backend.for_size(device, xadj.size - 1)
+    graph = tuple(be.asarray(a) for a in (xadj, adjncy, adjwgt, vwgt))
+    seconds["upload"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    hier = coarsen(*graph, COARSEN_FACTOR * k, lmax, seed)
     seconds["coarsening"] = time.perf_counter() - t0
     if progress:
         progress("coarsened", f"{len(hier)} levels, coarsest {hier[-1].n} vertices")
     t0 = time.perf_counter()
     g = hier[-1]
-    pes = hierarchical_multisection(g.xadj, g.adjncy, g.adjwgt, g.vwgt, levels, share, eps, seed,
+    pes = hierarchical_multisection(*(to_host(a) for a in (g.xadj, g.adjncy, g.adjwgt, g.vwgt)),
+                                    levels, share, eps, seed,
                                     jet_splitter(tries=INITIAL_TRIES, vcycles=INITIAL_VCYCLES,
                                                  jet_iters=12))
     seconds["initial mapping"] = time.perf_counter() - t0
@@ -64,13 +79,16 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
     t0 = time.perf_counter()
     for depth in range(len(hier) - 1, -1, -1):
         g = hier[depth]
+        lb = backend.of(g.xadj)
         if depth < len(hier) - 1:
-            pes = pes[g.cmap]
-        pes, cost = jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,
-                               seed=seed + depth, max_iters=JET_ITERS)
-        # a pass's gain counts one direction of each edge: J / 2 is the scale
-        fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,
-                  max_passes=FM_PASSES, max_stall=max(50, g.n // FM_STALL_DIVISOR),
-                  min_gain=FM_MIN_GAIN * cost / 2)
+            pes = lb.asarray(pes)[g.cmap]
+        pes, cost = lb.jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,
+                                  seed=seed + depth, max_iters=JET_ITERS)
+        if lb.name == "cpu":
+            # a pass's gain counts one direction of each edge: J / 2 is the scale
+            fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,
+                      max_passes=FM_PASSES, max_stall=max(50, g.n // FM_STALL_DIVISOR),
+                      min_gain=FM_MIN_GAIN * cost / 2)
+    pes = to_host(pes)
     seconds["refinement"] = time.perf_counter() - t0
     return np.asarray(pes, dtype=np.int32)

@@ -6,7 +6,7 @@ The three phases are kept apart, KaMinPar-style:
    leaf / twin / relative matching when too many vertices stay single) and hash
    contraction, until at most ``coarsen_factor * k`` vertices remain or a level
    stops shrinking;
-2. *initial partitioning* of the coarsest graph with METIS (pymetis);
+2. *initial partitioning* of the coarsest graph with METIS (pymetis, on the host);
 3. *refinement* while uncoarsening: Jet label propagation with the afterburner,
    weak then strong rebalancing (non-ultra: filter 0.75 on coarse levels, 0.25 on
    the finest; ultra: the 17 ratios 0.85 .. 0.05 on every level), then, with
@@ -15,6 +15,12 @@ The three phases are kept apart, KaMinPar-style:
 
 The objective is the edge cut, or, given ``prefix``/``dist``, the hierarchical
 communication cost J (the ``im`` engine uses this).
+
+Devices: every kernel runs on the backend of the arrays it is given
+(:mod:`procmap.kernels.backend`). A graph on the GPU is coarsened there until a level
+has fewer than ``backend.GPU_MIN_VERTICES`` vertices; that level and the coarser
+ones move to the host, so their refinement (FM included) runs on the CPU, and the
+partition moves back to the GPU when it is projected onto the first GPU level.
 """
 from __future__ import annotations
 
@@ -22,9 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from procmap.kernels.coarsen_cpu import coarse_ids, contract, two_hop_matching
+from procmap.kernels import backend
+from procmap.kernels.backend import to_host
 from procmap.kernels.fm_cpu import fm_refine
-from procmap.kernels.jet_cpu import block_weights, filter_schedule, jet_refine
+from procmap.kernels.jet_cpu import filter_schedule
 
 from .initial import metis_partition
 
@@ -67,30 +74,40 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
     levels = [Level(xadj, adjncy, adjwgt, vwgt, part=part)]
     while levels[-1].n > target_n:
         g = levels[-1]
+        be = backend.of(g.xadj)
         mx, ma, mw = g.xadj, g.adjncy, g.adjwgt
         if g.part is not None:
             mx, ma, mw = _internal_edges(g.xadj, g.adjncy, g.adjwgt, g.part)
-        match = two_hop_matching(mx, ma, mw, g.vwgt, max_vwgt, seed + len(levels))
-        cmap, nc = coarse_ids(match)
+        match = be.two_hop_matching(mx, ma, mw, g.vwgt, max_vwgt, seed + len(levels))
+        cmap, nc = be.coarse_ids(match)
         if nc > MIN_SHRINK * g.n:
             break
-        cx, ca, cw, cv = contract(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cmap, nc)
+        coarse = be.contract(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cmap, nc)
         g.cmap = cmap
         cpart = None
         if g.part is not None:
-            cpart = np.empty(nc, dtype=np.int32)
+            cpart = be.xp.empty(nc, dtype=np.int32)
             cpart[cmap] = g.part
-        levels.append(Level(cx, ca, cw, cv, part=cpart))
+        if be.name == "gpu" and nc < backend.GPU_MIN_VERTICES:
+            # small levels are faster on the host (and get FM there)
+            coarse = tuple(to_host(a) for a in coarse)
+            cpart = None if cpart is None else to_host(cpart)
+        levels.append(Level(*coarse, part=cpart))
     return levels
 
 
 def _internal_edges(xadj, adjncy, adjwgt, part):
     """The CSR without the edges between different blocks of ``part``."""
-    src = np.repeat(np.arange(xadj.size - 1), np.diff(xadj))
+    xp = backend.of(xadj).xp
+    n = xadj.size - 1
+    if xp is np:
+        src = np.repeat(np.arange(n), np.diff(xadj))
+    else:  # cupy.repeat takes no array of counts
+        src = xp.searchsorted(xadj, xp.arange(adjncy.size), side="right") - 1
     keep = part[src] == part[adjncy]
-    counts = np.bincount(src[keep], minlength=xadj.size - 1)
-    fx = np.zeros(xadj.size, dtype=np.int64)
-    np.cumsum(counts, out=fx[1:])
+    counts = xp.bincount(src[keep], minlength=n)
+    fx = xp.zeros(xadj.size, dtype=np.int64)
+    xp.cumsum(counts, out=fx[1:])
     return fx, adjncy[keep], adjwgt[keep]
 
 
@@ -110,8 +127,9 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     refinement stops (Jet: 12).
     """
     n = xadj.size - 1
+    be = backend.of(xadj)
     if k <= 1 or n == 0:
-        return np.zeros(n, dtype=np.int32)
+        return be.xp.zeros(n, dtype=np.int32)
     if prefix is None:
         prefix = np.array([k], dtype=np.int64)
         dist = np.array([1.0])
@@ -127,12 +145,12 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
             # clusters across block borders, which single-vertex moves cannot
             again, v2 = _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, s + cycle + 1, ultra,
                                 prefix, dist, coarsen_factor, targets, fm, part, jet_iters)
-            if v2 < value and block_weights(again, vwgt, k).max() <= lmax:
+            if v2 < value and int(be.block_weights(again, vwgt, k).max()) <= lmax:
                 part, value = again, v2
-        key = (int(block_weights(part, vwgt, k).max()) > lmax, value)
+        key = (int(be.block_weights(part, vwgt, k).max()) > lmax, value)
         if best_key is None or key < best_key:
             best, best_key = part, key
-    return np.asarray(best, dtype=np.int32)
+    return best.astype(np.int32, copy=False)
 
 
 def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist, coarsen_factor,
@@ -148,18 +166,20 @@ def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist,
     if start is not None:
         part = coarsest.part
     else:
-        part = metis_partition(coarsest.xadj, coarsest.adjncy, coarsest.adjwgt, coarsest.vwgt,
-                               k, eps, seed, targets)
+        host = [to_host(a) for a in (coarsest.xadj, coarsest.adjncy, coarsest.adjwgt,
+                                     coarsest.vwgt)]
+        part = backend.of(coarsest.xadj).asarray(metis_partition(*host, k, eps, seed, targets))
     value = None
     for depth in range(len(levels) - 1, -1, -1):
         g = levels[depth]
+        be = backend.of(g.xadj)
         if depth < len(levels) - 1:
-            part = part[g.cmap]  # project the coarser partition onto this level
+            part = be.asarray(part)[g.cmap]  # project the coarser partition onto this level
         for ratio in filter_schedule(ultra=ultra, finest=depth == 0):
-            part, value = jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
-                                     dist, filter_ratio=ratio, seed=seed + depth,
-                                     max_iters=jet_iters)
-        if fm:
+            part, value = be.jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                        prefix, dist, filter_ratio=ratio, seed=seed + depth,
+                                        max_iters=jet_iters)
+        if fm and be.name == "cpu":  # FM is sequential: a CPU step
             value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
                                      dist)
     return part, value

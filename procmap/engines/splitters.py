@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from procmap.kernels import backend
+from procmap.kernels.backend import to_host
 from procmap.kernels.limits_cpu import fit_to_limits
 
 from .multilevel import kway_partition
@@ -44,7 +46,11 @@ def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple
                               targets=None if uniform else targets,
                               tries=attempts, vcycles=rounds, jet_iters=patience)
         if not uniform:
-            fit_to_limits(xadj, adjncy, adjwgt, vwgt, part, limits)
+            # exact per-block limits: a sequential pass over the few misfits, on the host
+            be = backend.of(part)
+            host = to_host(part).copy()
+            fit_to_limits(*(to_host(a) for a in (xadj, adjncy, adjwgt, vwgt)), host, limits)
+            part = be.asarray(host)
         return part
 
     return split

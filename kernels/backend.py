@@ -1,0 +1,131 @@
+"""Kernel dispatch (DESIGN.md section 5): the engines call every hot kernel through a
+:class:`Backend`, picked by where the graph's arrays live.
+
+* :func:`cpu` -- NumPy arrays, the Numba kernels of the ``*_cpu`` modules.
+* :func:`gpu` -- CuPy arrays, the CUDA kernels of the ``*_gpu`` modules (imported on
+  first use only, so the CPU path never imports CuPy).
+* :func:`of` -- the backend of an array (CuPy array: GPU, anything else: CPU).
+
+Both backends expose the same functions with the same signatures and semantics;
+``fm_refine`` and the initial partitioner are CPU-only steps that the engines run
+on host copies. :func:`to_host` and :meth:`Backend.asarray` move arrays between the
+two. :func:`resolve_device` turns the user's ``device="auto" | "gpu" | "cpu"`` into a
+concrete device.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable
+
+import numpy as np
+
+#: Graphs (or subgraphs) with fewer vertices than this run on the CPU even when the
+#: GPU backend is selected: their kernels are shorter than the ~10 us a launch costs,
+#: and the CPU backend also adds FM passes. Measured on an H100 host (see
+#: benchmarks/bench_gpu.py): below ~50k vertices a split is faster on the host.
+GPU_MIN_VERTICES = 50_000
+
+
+@dataclass(frozen=True)
+class Backend:
+    """The kernels of one device. ``xp`` is NumPy or CuPy."""
+
+    name: str
+    xp: ModuleType
+    two_hop_matching: Callable
+    coarse_ids: Callable
+    contract: Callable
+    jet_refine: Callable
+    block_weights: Callable
+    cost: Callable
+    extract_subgraphs: Callable
+    level_traffic: Callable
+
+    def asarray(self, a, dtype=None):
+        """``a`` on this backend's device (no copy when it is already there)."""
+        if self.name == "cpu":
+            return np.ascontiguousarray(to_host(a), dtype=dtype)
+        return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (timing only; results synchronise themselves)."""
+        if self.name == "gpu":
+            self.xp.cuda.get_current_stream().synchronize()
+
+
+def is_device_array(a: Any) -> bool:
+    """True for a CuPy array (checked without importing CuPy)."""
+    return type(a).__module__.startswith("cupy")
+
+
+def to_host(a):
+    """``a`` as a NumPy array (copies a CuPy array to the host)."""
+    return a.get() if is_device_array(a) else np.asarray(a)
+
+
+@functools.lru_cache(maxsize=None)
+def cpu() -> Backend:
+    from . import coarsen_cpu, jet_cpu, objective_cpu, subgraph_cpu
+    return Backend("cpu", np, coarsen_cpu.two_hop_matching, coarsen_cpu.coarse_ids,
+                   coarsen_cpu.contract, jet_cpu.jet_refine, jet_cpu.block_weights, jet_cpu.cost,
+                   subgraph_cpu.extract_subgraphs, objective_cpu.level_traffic)
+
+
+@functools.lru_cache(maxsize=None)
+def gpu() -> Backend:
+    import cupy
+
+    from . import coarsen_gpu, jet_gpu, objective_gpu, subgraph_gpu
+    return Backend("gpu", cupy, coarsen_gpu.two_hop_matching, coarsen_gpu.coarse_ids,
+                   coarsen_gpu.contract, jet_gpu.jet_refine, jet_gpu.block_weights, jet_gpu.cost,
+                   subgraph_gpu.extract_subgraphs, objective_gpu.level_traffic)
+
+
+def of(a) -> Backend:
+    """The backend whose device holds ``a``."""
+    return gpu() if is_device_array(a) else cpu()
+
+
+def for_size(device: str, n: int) -> Backend:
+    """Backend for a (sub)graph of ``n`` vertices on the concrete ``device`` ("cpu"/"gpu"):
+    small graphs stay on the CPU (:data:`GPU_MIN_VERTICES`)."""
+    return gpu() if device == "gpu" and n >= GPU_MIN_VERTICES else cpu()
+
+
+def gpu_available() -> bool:
+    """True when CuPy is installed and sees a CUDA device."""
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no driver, no device, broken install: all mean "no GPU"
+        return False
+
+
+#: ``device="auto"`` picks the GPU for graphs with at least this many directed edges
+#: (below it, transfers, kernel compilation and launches cost more than they save).
+AUTO_GPU_MIN_EDGES = 2_000_000
+
+DEVICES = ("auto", "cpu", "gpu")
+
+
+def resolve_device(device: str, directed_edges: int) -> str:
+    """The concrete device ("cpu" or "gpu") for the user's ``device`` choice.
+
+    ``"gpu"`` without a usable GPU raises :class:`RuntimeError` (the caller turns it
+    into a clear error); ``"auto"`` falls back to the CPU silently.
+    """
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+    if device == "cpu":
+        return "cpu"
+    if device == "gpu":
+        if not gpu_available():
+            raise RuntimeError("device 'gpu' needs CuPy and a CUDA GPU, and none is usable "
+                               "here (pip install 'procmap[gpu]'; check nvidia-smi)")
+        return "gpu"
+    return "gpu" if directed_edges >= AUTO_GPU_MIN_EDGES and gpu_available() else "cpu"

@@ -1,0 +1,32 @@
+// Device helpers shared by procmap's CUDA kernels: the twins of kernels/common_cpu.py.
+// Compiled by NVRTC through cupy.RawModule (kernels/gpu_common.py adds this folder
+// to the include path), so no CUDA runtime headers are included.
+#pragma once
+
+typedef long long i64;
+typedef unsigned long long u64;
+
+// splitmix64 finaliser: bijective scramble of a 64-bit word (deterministic tie noise);
+// bit-identical to common_cpu.mix64.
+__device__ __forceinline__ u64 mix64(u64 x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    x ^= x >> 31;
+    return x;
+}
+
+// Index t (0-based) of the deepest common level of PEs p != q:
+// prefix[t] = a1 * ... * a_{t+1}, the last entry is k, so the loop always ends.
+__device__ __forceinline__ int level_index(i64 p, i64 q, const i64* __restrict__ prefix) {
+    int t = 0;
+    while (p / prefix[t] != q / prefix[t]) ++t;
+    return t;
+}
+
+// D(p, q) of the hierarchy prefix/dist (0 when p == q).
+__device__ __forceinline__ double distance(i64 p, i64 q, const i64* __restrict__ prefix,
+                                           const double* __restrict__ dist) {
+    return p == q ? 0.0 : dist[level_index(p, q, prefix)];
+}

@@ -1,0 +1,71 @@
+"""Device selection (``device=`` / ``--device``) on a machine without a usable GPU,
+and the dispatch layer's CPU side."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from procmap import map_tasks
+from procmap.cli import main
+from procmap.errors import DeviceError, InputError
+from procmap.generators import grid_graph
+from procmap.kernels import backend
+from procmap.topology import Hierarchy
+
+NO_GPU = not backend.gpu_available()
+
+
+def test_resolve_device_choices():
+    assert backend.resolve_device("cpu", 10**9) == "cpu"
+    with pytest.raises(ValueError, match="unknown device"):
+        backend.resolve_device("tpu", 10)
+    if NO_GPU:
+        assert backend.resolve_device("auto", 10**9) == "cpu"
+        with pytest.raises(RuntimeError, match="needs CuPy and a CUDA GPU"):
+            backend.resolve_device("gpu", 10)
+    # small graphs stay on the CPU under auto, GPU or not
+    assert backend.resolve_device("auto", backend.AUTO_GPU_MIN_EDGES - 1) == "cpu"
+
+
+def test_backend_of_numpy_is_cpu():
+    be = backend.of(np.zeros(3))
+    assert be.name == "cpu" and be.xp is np
+    assert backend.for_size("gpu", backend.GPU_MIN_VERTICES - 1).name == "cpu"
+    assert backend.for_size("cpu", 10**9).name == "cpu"
+
+
+def test_map_tasks_reports_device_and_rejects_unknown():
+    g = grid_graph((20, 20))
+    topo = Hierarchy.parse("4:2", "1:10")
+    m = map_tasks(g, topo, engine="hm", device="cpu")
+    assert m.device == "cpu"
+    with pytest.raises(InputError, match="unknown device"):
+        map_tasks(g, topo, device="fpga")
+
+
+@pytest.mark.skipif(not NO_GPU, reason="checks the error raised where no GPU is usable")
+def test_device_gpu_without_gpu_is_a_clear_error(tmp_path, capsys):
+    g = grid_graph((20, 20))
+    with pytest.raises(DeviceError, match="needs CuPy and a CUDA GPU"):
+        map_tasks(g, Hierarchy.parse("4:2", "1:10"), device="gpu")
+    graph = tmp_path / "g.comm"
+    graph.write_text("0 1 5\n1 2 5\n2 3 5\n")
+    out = tmp_path / "map.txt"
+    rc = main(["map", str(graph), "--hierarchy", "2", "--device", "gpu", "-o", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "needs CuPy and a CUDA GPU" in err[0]
+    assert not out.exists()
+
+
+def test_cpu_path_never_imports_cupy():
+    code = ("import sys; import procmap; from procmap.generators import grid_graph; "
+            "from procmap.topology import Hierarchy; "
+            "m = procmap.map_tasks(grid_graph((30, 30)), Hierarchy.parse('4:2', '1:10'), "
+            "engine='im', device='cpu'); "
+            "assert 'cupy' not in sys.modules, 'cupy imported'; print(m.device)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "cpu"
