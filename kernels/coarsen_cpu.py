@@ -97,6 +97,7 @@ def _hem_propose(xadj, adjncy, adjwgt, avail, cap, seed, active, pref):
         best = -1
         best_r = -1.0
         best_h = np.uint64(0)
+        have_h = False  # hashes only matter for rating ties: computed lazily
         for e in range(xadj[u], xadj[u + 1]):
             v = adjncy[e]
             cv = avail[v]
@@ -104,11 +105,18 @@ def _hem_propose(xadj, adjncy, adjwgt, avail, cap, seed, active, pref):
                 continue
             w = np.float64(adjwgt[e])  # float: w^2 of a large int64 weight would overflow
             r = w * w / (fu * np.float64(max(cv, 1)))
-            h = _edge_hash(u, v, seed)
-            if best < 0 or r > best_r or (r == best_r and (h > best_h or (h == best_h and v < best))):
+            if best < 0 or r > best_r:
                 best = v
                 best_r = r
-                best_h = h
+                have_h = False
+            elif r == best_r:
+                if not have_h:
+                    best_h = _edge_hash(u, best, seed)
+                    have_h = True
+                h = _edge_hash(u, v, seed)
+                if h > best_h or (h == best_h and v < best):
+                    best = v
+                    best_h = h
         pref[u] = best
 
 
