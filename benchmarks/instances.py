@@ -34,9 +34,19 @@ INSTANCES: dict[str, Callable[[], CommGraph]] = {
     "grid3d_1M": lambda: grid_graph((101, 101, 101)),
     "rgg20": lambda: random_geometric_graph(2**20, seed=POINT_SEED),
     "del20": lambda: delaunay_graph(2**20, seed=POINT_SEED),
+    # the GPU paper's scale (GPU-HeiProMap's rgg23 record: J = 9,543,754 on 4:8:6)
+    "rgg23": lambda: random_geometric_graph(2**23, seed=POINT_SEED),
+    "rgg24": lambda: random_geometric_graph(2**24, seed=POINT_SEED),
+    "del23": lambda: delaunay_graph(2**23, seed=POINT_SEED),
+    "del24": lambda: delaunay_graph(2**24, seed=POINT_SEED),
+    "grid2d_8M": lambda: grid_graph((2896, 2896)),
+    "grid3d_8M": lambda: grid_graph((203, 203, 203)),
+    "grid2d_16M": lambda: grid_graph((4096, 4096)),
+    "grid3d_16M": lambda: grid_graph((256, 256, 256)),
 }
 SMALL = ("grid2d", "grid3d", "rgg17", "del17")
 LARGE = ("grid2d_1M", "grid3d_1M", "rgg20", "del20")
+HUGE = ("rgg23", "del23", "grid2d_8M", "grid3d_8M", "rgg24", "del24", "grid2d_16M", "grid3d_16M")
 
 
 def cache_dir() -> str:

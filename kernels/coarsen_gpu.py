@@ -1,0 +1,254 @@
+"""Coarsening on the GPU: the CUDA twin of :mod:`procmap.kernels.coarsen_cpu`.
+
+Same functions, same arguments, same semantics; arrays in and out are CuPy arrays
+(NumPy inputs are copied to the device). Kernels live in ``cuda/coarsen.cu``.
+
+What is bit-identical to the CPU twin
+-------------------------------------
+* :func:`heavy_edge_matching`: the CPU's rounds of proposal (rating
+  ``w^2 / (c(u) c(v))`` in double, weight-0 vertices rated as weight 1, the cap,
+  the seeded symmetric edge hash, then the smaller id) and handshake, one thread
+  per vertex. Instead of compacting an active list on the host, a vertex is skipped
+  when it is matched or *retired* (it proposed nobody once; eligibility only
+  shrinks, so it never would again) -- the same vertex set the CPU keeps active.
+  The CPU stops after a round that matched nothing; here every round checks a
+  device flag written by the previous handshake and exits at once if it is clear.
+  So HEM runs ``max_rounds`` launch pairs and **never synchronises with the host**
+  (the rounds after the last productive one cost two empty launches each).
+* :func:`two_hop_matching`: the leaf / twin / relative stages are one thread per
+  anchor scanning its row in CSR order, and one thread per run of equal
+  neighbourhood hashes, the runs made by a stable sort (``cp.argsort`` is stable)
+  of the unmatched vertices in id order -- the CPU's loops exactly. The stage
+  checks ``unmatched <= threshold * n`` read back one count each (at most three
+  synchronisations per call).
+* :func:`coarse_ids`: the same prefix scan over pair leaders.
+* :func:`contract` with integer edge weights (int64 atomics are exact).
+
+What differs
+------------
+* :func:`contract` with float64 edge weights sums parallel edges with
+  ``atomicAdd(double)``: the summation order, so the last bits of a coarse weight,
+  depend on thread scheduling (relative difference to the CPU ~1e-16 per addition,
+  and not reproducible bit for bit between runs). Nothing in coarsening decides on
+  these sums exactly; coarse weights only feed ratings of later levels.
+* :func:`contract` sorts the rows with one global ``cp.argsort`` of the int64 keys
+  ``row * nc + col`` over the occupied hash slots (the CPU sorts row by row): the
+  output is canonical either way, so only the cost differs. Fine edges are found
+  by a per-edge binary search on ``xadj`` (load balance on skewed degrees) instead
+  of the CPU's per-coarse-vertex member lists.
+
+Memory in :func:`contract` (``2m`` fine CSR entries, ``mc <= 2m`` coarse ones): the
+hash keys (int32, 2m), weights (8 bytes, 2m), the occupied slot list and sort keys
+(int64, mc each) and the argsort's own buffers; the fine graph is not copied.
+"""
+from __future__ import annotations
+
+import cupy as cp
+import numpy as np
+
+from .coarsen_cpu import HEM_MAX_ROUNDS, UNMATCHED_THRESHOLD, _cap, _seed_key
+from .gpu_common import as_device, i64, kernel, launch
+
+__all__ = ["heavy_edge_matching", "two_hop_matching", "coarse_ids", "contract",
+           "coarsen_once", "HEM_MAX_ROUNDS", "UNMATCHED_THRESHOLD"]
+
+_CU = "coarsen.cu"
+
+
+# --------------------------------------------------------------------- helpers
+def _csr(xadj, adjncy):
+    return as_device(xadj, cp.int64), as_device(adjncy, cp.int32)
+
+
+def _weights(adjwgt) -> tuple[cp.ndarray, str]:
+    """Edge weights as the kernels take them: int64 (``_i64``) or float64 (``_f64``)."""
+    adjwgt = as_device(adjwgt)
+    if adjwgt.dtype.kind == "f":
+        return adjwgt.astype(cp.float64, copy=False), "f64"
+    return adjwgt.astype(cp.int64, copy=False), "i64"
+
+
+def _u64(x) -> np.uint64:
+    return np.uint64(x)
+
+
+def _unmatched(match: cp.ndarray) -> int:
+    # a host read: one synchronisation
+    return int(cp.count_nonzero(match == cp.arange(match.size, dtype=match.dtype)))
+
+
+# ------------------------------------------------------------------------- HEM
+def _hem(xadj, adjncy, adjwgt, sfx, vwgt, max_vwgt, seed, max_rounds) -> cp.ndarray:
+    n = xadj.size - 1
+    match = cp.arange(n, dtype=cp.int32)
+    pref = cp.full(n, -2, dtype=cp.int32)  # -2: not retired (yet)
+    avail = cp.array(vwgt, dtype=cp.int64)  # a copy: -1 marks matched vertices
+    progress = cp.zeros(max(int(max_rounds), 1), dtype=cp.int32)
+    cap, key = i64(_cap(max_vwgt)), _u64(_seed_key(seed))
+    propose = kernel(_CU, f"hem_propose_{sfx}")
+    resolve = kernel(_CU, "hem_resolve")
+    for r in range(int(max_rounds)):
+        launch(propose, n, i64(n), xadj, adjncy, adjwgt, avail, cap, key, progress, i64(r), pref)
+        launch(resolve, n, i64(n), pref, match, avail, progress, i64(r))
+    return match
+
+
+def heavy_edge_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0,
+                        max_rounds: int = HEM_MAX_ROUNDS) -> cp.ndarray:
+    """Heavy-edge matching with the ``exp*2`` rating ``w(u,v)^2 / (c(u) c(v))``.
+
+    GPU twin of :func:`coarsen_cpu.heavy_edge_matching`, bit-identical to it.
+    Launches ``2 * max_rounds`` kernels and never waits for the device. Returns
+    ``match`` (CuPy int32): partner of ``u``, or ``u`` when unmatched.
+    """
+    xadj, adjncy = _csr(xadj, adjncy)
+    adjwgt, sfx = _weights(adjwgt)
+    return _hem(xadj, adjncy, adjwgt, sfx, vwgt, max_vwgt, seed, max_rounds)
+
+
+# --------------------------------------------------------------------- two-hop
+def _pair_by_anchor(xadj, adjncy, adjwgt, sfx, vwgt, cap, match, max_degree, anchor) -> None:
+    """Anchors of the unmatched vertices of degree <= ``max_degree``, then pairs per anchor."""
+    n = xadj.size - 1
+    launch(kernel(_CU, f"anchors_{sfx}"), n, i64(n), xadj, adjncy, adjwgt, match,
+           i64(max_degree), anchor)
+    launch(kernel(_CU, "pair_by_anchor"), n, i64(n), xadj, adjncy, vwgt, cap, anchor, match)
+
+
+def _twin_matching(xadj, adjncy, vwgt, cap, key, match) -> None:
+    n = xadj.size - 1
+    hashes = cp.empty(n, dtype=cp.uint64)
+    launch(kernel(_CU, "neighbourhood_hash"), n, i64(n), xadj, adjncy, match, key, hashes)
+    # isolated vertices (hash 0) are twins too, as on the CPU
+    cand = cp.flatnonzero(match == cp.arange(n, dtype=cp.int32))  # ids increasing
+    if cand.size < 2:
+        return
+    # stable: within a run of equal hashes the vertices stay in id order
+    order = cand[cp.argsort(hashes[cand])].astype(cp.int32)
+    hs = hashes[order]
+    boundary = cp.ones(order.size + 1, dtype=cp.bool_)
+    boundary[1:-1] = hs[1:] != hs[:-1]
+    starts = cp.flatnonzero(boundary).astype(cp.int64, copy=False)
+    runs = starts.size - 1
+    launch(kernel(_CU, "pair_twins"), runs, i64(runs), xadj, adjncy, vwgt, cap, order,
+           starts, match)
+
+
+def two_hop_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0, *,
+                     threshold: float = UNMATCHED_THRESHOLD,
+                     max_rounds: int = HEM_MAX_ROUNDS) -> cp.ndarray:
+    """Heavy-edge matching completed by leaf, twin and relative matching.
+
+    GPU twin of :func:`coarsen_cpu.two_hop_matching`, bit-identical to it (rows of
+    ``adjncy`` must be sorted, as for the CPU). Each later stage runs only while
+    more than ``threshold * n`` vertices are unmatched; every such check reads one
+    count back from the device. Returns ``match`` (CuPy int32).
+    """
+    xadj, adjncy = _csr(xadj, adjncy)
+    adjwgt, sfx = _weights(adjwgt)
+    vwgt = as_device(vwgt, cp.int64)
+    n = xadj.size - 1
+    match = _hem(xadj, adjncy, adjwgt, sfx, vwgt, max_vwgt, seed, max_rounds)
+    limit = threshold * n
+    if _unmatched(match) <= limit:
+        return match
+    cap = i64(_cap(max_vwgt))
+    anchor = cp.empty(n, dtype=cp.int32)
+
+    _pair_by_anchor(xadj, adjncy, adjwgt, sfx, vwgt, cap, match, 1, anchor)  # leaves
+    if _unmatched(match) <= limit:
+        return match
+
+    _twin_matching(xadj, adjncy, vwgt, cap, _u64(_seed_key(seed)), match)
+    if _unmatched(match) <= limit:
+        return match
+
+    _pair_by_anchor(xadj, adjncy, adjwgt, sfx, vwgt, cap, match, n, anchor)  # relatives
+    return match
+
+
+# ------------------------------------------------------------------ coarse ids
+def coarse_ids(match) -> tuple[cp.ndarray, int]:
+    """Coarse vertex ids of a matching: ``(cmap`` CuPy int32``, nc)``.
+
+    Pairs are led by their smaller endpoint, leaders numbered in id order by a
+    prefix scan (as :func:`coarsen_cpu.coarse_ids`). The validity check rides on
+    the one host read that ``nc`` needs anyway; raises ``ValueError`` if ``match``
+    is not a matching.
+    """
+    match = as_device(match).astype(cp.int64, copy=False)
+    n = match.size
+    if n == 0:
+        return cp.zeros(0, dtype=cp.int32), 0
+    ids = cp.arange(n, dtype=cp.int64)
+    safe = cp.clip(match, 0, n - 1)  # CuPy indexing does not bound-check: clip first
+    bad = (match != safe) | (safe[safe] != ids)
+    number = cp.cumsum(match >= ids, dtype=cp.int64) - 1  # exclusive scan at leaders
+    nc, nbad = (int(x) for x in cp.stack((number[-1] + 1, cp.count_nonzero(bad))).get())
+    if nbad:
+        raise ValueError("match is not a matching: match[match[u]] != u for some u")
+    cmap = number[cp.minimum(ids, match)].astype(cp.int32)
+    return cmap, nc
+
+
+# ------------------------------------------------------------------ contraction
+def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
+    """Contract the graph along ``cmap`` (fine vertex -> coarse id in ``0..nc-1``).
+
+    Paper Algorithm 3 on the GPU: coarse degree bounds (summed member degrees) and
+    weights by integer atomics, regions by an exclusive scan, every fine edge
+    inserted by its own thread (atomicCAS on the key, linear probing, atomicAdd of
+    the weight), self loops dropped; then the occupied slots are compacted and
+    sorted by ``(row, neighbour)``. ``cmap`` may come from any clustering.
+
+    Returns ``(cxadj int64, cadjncy int32, cadjwgt adjwgt.dtype, cvwgt int64)`` as
+    CuPy arrays: symmetric CSR, rows sorted, no self loops. Equal to the CPU twin
+    for integer weights; float weights may differ in the last bits (see the module
+    docstring). Assumes ``xadj[0] == 0`` and ``xadj[n] == adjncy.size``.
+    """
+    xadj, adjncy = _csr(xadj, adjncy)
+    out_dtype = as_device(adjwgt).dtype
+    adjwgt, sfx = _weights(adjwgt)
+    vwgt = as_device(vwgt, cp.int64)
+    cmap = as_device(cmap, cp.int32)
+    nc = int(nc)
+    n, m2 = cmap.size, adjncy.size
+
+    bound = cp.zeros(nc, dtype=cp.int64)
+    cvwgt = cp.zeros(nc, dtype=cp.int64)
+    launch(kernel(_CU, "contract_bounds"), n, i64(n), xadj, vwgt, cmap, bound, cvwgt)
+    off = cp.zeros(nc + 1, dtype=cp.int64)
+    off[1:] = cp.cumsum(bound)
+    del bound
+    # the regions tile exactly the fine CSR: off[nc] == 2m
+    hkey = cp.full(m2, -1, dtype=cp.int32)
+    hwgt = cp.zeros(m2, dtype=adjwgt.dtype)
+    launch(kernel(_CU, f"contract_insert_{sfx}"), m2, i64(n), i64(m2), xadj, adjncy, adjwgt,
+           cmap, off, hkey, hwgt)
+
+    idx = cp.flatnonzero(hkey >= 0)  # occupied slots, in region (= row) order
+    mc = idx.size
+    cxadj = cp.searchsorted(idx, off).astype(cp.int64, copy=False)  # occupied before each region
+    if mc == 0:  # every edge internal (or no edges): nothing to sort
+        return cxadj, cp.zeros(0, dtype=cp.int32), cp.zeros(0, dtype=out_dtype), cvwgt
+    key = cp.empty(mc, dtype=cp.int64)
+    launch(kernel(_CU, "contract_keys"), mc, i64(mc), i64(nc), off, idx, hkey, key)
+    sel = idx[cp.argsort(key)]
+    del key, idx
+    cadjncy = hkey[sel]
+    cadjwgt = hwgt[sel].astype(out_dtype, copy=False)
+    return cxadj, cadjncy, cadjwgt, cvwgt
+
+
+def coarsen_once(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0):
+    """One coarsening level on the GPU: two-hop matching, coarse ids, contraction.
+
+    Returns ``(cmap, cxadj, cadjncy, cadjwgt, cvwgt)`` (CuPy arrays), as
+    :func:`coarsen_cpu.coarsen_once`.
+    """
+    xadj, adjncy = _csr(xadj, adjncy)
+    adjwgt = as_device(adjwgt)
+    vwgt = as_device(vwgt, cp.int64)
+    match = two_hop_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt, seed)
+    cmap, nc = coarse_ids(match)
+    return (cmap,) + contract(xadj, adjncy, adjwgt, vwgt, cmap, nc)

@@ -1,0 +1,310 @@
+// Coarsening kernels: the CUDA twins of kernels/coarsen_cpu.py (matching and contraction).
+//
+// Matching kernels mirror the Numba loops one to one (one thread per vertex, anchor
+// or twin run, the same comparisons in the same order), so their output is
+// bit-identical to the CPU twin. The contraction is paper Algorithm 3 with real
+// atomics: every fine edge is inserted by its own thread into the hash region of
+// its coarse source; the Python side then compacts and sorts the rows.
+//
+// Weight-typed kernels come in two flavours, *_i64 (int64 edge weights) and *_f64
+// (float64), generated from one template body.
+#include "common.cuh"
+
+#define GRID_STRIDE(i, count)                                                   \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(count); \
+         i += (i64)blockDim.x * gridDim.x)
+
+// Row (source vertex) of CSR entry e: the last u in [0, n) with xadj[u] <= e.
+// Empty rows share their xadj value with the next row, so "last" picks the
+// non-empty row that really holds e.
+__device__ __forceinline__ i64 row_of(const i64* __restrict__ xadj, i64 n, i64 e) {
+    i64 lo = 0, hi = n - 1;
+    while (lo < hi) {
+        i64 mid = (lo + hi + 1) >> 1;
+        if (xadj[mid] <= e) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// ------------------------------------------------------------------------ HEM
+// Tie-break key of the undirected edge {u, v}: symmetric, seeded (coarsen_cpu._edge_hash).
+__device__ __forceinline__ u64 edge_hash(i64 u, i64 v, u64 seed) {
+    u64 a = (u64)(u < v ? u : v);
+    u64 b = (u64)(u < v ? v : u);
+    return mix64(((a << 32) | b) ^ seed);
+}
+
+// One proposal round (coarsen_cpu._hem_propose). Instead of an active list, a vertex
+// is skipped when it is matched (avail < 0) or retired (pref == -1: it found no
+// eligible neighbour in an earlier round, and eligibility only shrinks). pref
+// starts at -2 ("not retired"). The round is skipped entirely when the previous
+// round matched nothing (the CPU loop breaks there): a device-side stop, so the
+// host never has to read anything back between rounds.
+template <typename W>
+__device__ __forceinline__ void hem_propose_body(
+    i64 n, const i64* __restrict__ xadj, const int* __restrict__ adjncy,
+    const W* __restrict__ adjwgt, const i64* __restrict__ avail, i64 cap, u64 seed,
+    const int* __restrict__ progress, i64 round, int* __restrict__ pref) {
+    if (round > 0 && progress[round - 1] == 0) return;  // same value for every thread
+    GRID_STRIDE(u, n) {
+        i64 cu = avail[u];
+        if (cu < 0 || pref[u] == -1) continue;
+        double fu = (double)(cu > 1 ? cu : 1);  // weight-0 vertices rate as weight 1
+        int best = -1;
+        double best_r = -1.0;
+        u64 best_h = 0;
+        for (i64 e = xadj[u]; e < xadj[u + 1]; ++e) {
+            int v = adjncy[e];
+            i64 cv = avail[v];
+            if (cv < 0 || cu + cv > cap) continue;
+            double w = (double)adjwgt[e];
+            // no addition in the expression, so no FMA contraction: same rounding as Numba
+            double r = w * w / (fu * (double)(cv > 1 ? cv : 1));
+            u64 h = edge_hash(u, v, seed);
+            if (best < 0 || r > best_r ||
+                (r == best_r && (h > best_h || (h == best_h && v < best)))) {
+                best = v;
+                best_r = r;
+                best_h = h;
+            }
+        }
+        pref[u] = best;
+    }
+}
+
+extern "C" __global__ void hem_propose_i64(i64 n, const i64* xadj, const int* adjncy,
+                                           const i64* adjwgt, const i64* avail, i64 cap,
+                                           u64 seed, const int* progress, i64 round,
+                                           int* pref) {
+    hem_propose_body<i64>(n, xadj, adjncy, adjwgt, avail, cap, seed, progress, round, pref);
+}
+
+extern "C" __global__ void hem_propose_f64(i64 n, const i64* xadj, const int* adjncy,
+                                           const double* adjwgt, const i64* avail, i64 cap,
+                                           u64 seed, const int* progress, i64 round,
+                                           int* pref) {
+    hem_propose_body<double>(n, xadj, adjncy, adjwgt, avail, cap, seed, progress, round, pref);
+}
+
+// Handshake (coarsen_cpu._hem_resolve): u and pref[u] match iff they prefer each
+// other. Reads only pref (frozen here) and its own avail. progress[round] = 1 when
+// anything matched; a block-wide OR keeps it to one store per block. Every thread
+// reaches the __syncthreads_or: the early return is uniform over the grid and the
+// grid-stride loop has no exits.
+extern "C" __global__ void hem_resolve(i64 n, const int* __restrict__ pref,
+                                       int* __restrict__ match, i64* __restrict__ avail,
+                                       int* __restrict__ progress, i64 round) {
+    if (round > 0 && progress[round - 1] == 0) return;
+    int found = 0;
+    GRID_STRIDE(u, n) {
+        if (avail[u] < 0) continue;  // matched in an earlier round: its pref is stale
+        int v = pref[u];
+        if (v >= 0 && (i64)pref[v] == u) {
+            match[u] = v;
+            avail[u] = -1;
+            found = 1;
+        }
+    }
+    int any = __syncthreads_or(found);
+    if (any && threadIdx.x == 0) progress[round] = 1;
+}
+
+// ------------------------------------------------------ two-hop: anchors, pairs
+// anchor[v] = matchmaker of unmatched v with 1 <= deg(v) <= max_degree, else -1
+// (coarsen_cpu._anchors): minimum-degree neighbour, then heavier edge, then smaller id.
+template <typename W>
+__device__ __forceinline__ void anchors_body(i64 n, const i64* __restrict__ xadj,
+                                             const int* __restrict__ adjncy,
+                                             const W* __restrict__ adjwgt,
+                                             const int* __restrict__ match, i64 max_degree,
+                                             int* __restrict__ anchor) {
+    GRID_STRIDE(v, n) {
+        anchor[v] = -1;
+        i64 deg = xadj[v + 1] - xadj[v];
+        if ((i64)match[v] != v || deg == 0 || deg > max_degree) continue;
+        int best = -1;
+        i64 best_d = 0;
+        W best_w = adjwgt[xadj[v]];
+        for (i64 e = xadj[v]; e < xadj[v + 1]; ++e) {
+            int x = adjncy[e];
+            i64 d = xadj[x + 1] - xadj[x];
+            W w = adjwgt[e];
+            if (best < 0 || d < best_d ||
+                (d == best_d && (w > best_w || (w == best_w && x < best)))) {
+                best = x;
+                best_d = d;
+                best_w = w;
+            }
+        }
+        anchor[v] = best;
+    }
+}
+
+extern "C" __global__ void anchors_i64(i64 n, const i64* xadj, const int* adjncy,
+                                       const i64* adjwgt, const int* match, i64 max_degree,
+                                       int* anchor) {
+    anchors_body<i64>(n, xadj, adjncy, adjwgt, match, max_degree, anchor);
+}
+
+extern "C" __global__ void anchors_f64(i64 n, const i64* xadj, const int* adjncy,
+                                       const double* adjwgt, const int* match, i64 max_degree,
+                                       int* anchor) {
+    anchors_body<double>(n, xadj, adjncy, adjwgt, match, max_degree, anchor);
+}
+
+// One thread per anchor x scans its row in CSR order and pairs the vertices anchored
+// at x greedily, keeping one pending (coarsen_cpu._pair_by_anchor). Every candidate
+// has one anchor, so every match entry has one writer; match is not read here.
+extern "C" __global__ void pair_by_anchor(i64 n, const i64* __restrict__ xadj,
+                                          const int* __restrict__ adjncy,
+                                          const i64* __restrict__ vwgt, i64 cap,
+                                          const int* __restrict__ anchor,
+                                          int* __restrict__ match) {
+    GRID_STRIDE(x, n) {
+        int pending = -1;
+        for (i64 e = xadj[x]; e < xadj[x + 1]; ++e) {
+            int v = adjncy[e];
+            if ((i64)anchor[v] != x) continue;
+            if (pending < 0) {
+                pending = v;
+            } else if (vwgt[pending] + vwgt[v] <= cap) {
+                match[pending] = v;
+                match[v] = pending;
+                pending = -1;
+            } else if (vwgt[v] < vwgt[pending]) {
+                pending = v;  // the lighter one has the better chance to fit the next
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------- two-hop: twins
+// Order-independent hash of N(v) of unmatched v, 0 otherwise (wraps mod 2^64).
+extern "C" __global__ void neighbourhood_hash(i64 n, const i64* __restrict__ xadj,
+                                              const int* __restrict__ adjncy,
+                                              const int* __restrict__ match, u64 seed,
+                                              u64* __restrict__ out) {
+    GRID_STRIDE(v, n) {
+        u64 h = 0;
+        if ((i64)match[v] == v) {
+            for (i64 e = xadj[v]; e < xadj[v + 1]; ++e) h += mix64((u64)adjncy[e] ^ seed);
+        }
+        out[v] = h;
+    }
+}
+
+__device__ __forceinline__ bool same_neighbourhood(const i64* __restrict__ xadj,
+                                                   const int* __restrict__ adjncy, int u,
+                                                   int v) {
+    i64 du = xadj[u + 1] - xadj[u];
+    if (du != xadj[v + 1] - xadj[v]) return false;
+    const int* a = adjncy + xadj[u];
+    const int* b = adjncy + xadj[v];
+    for (i64 i = 0; i < du; ++i) {  // rows are sorted: equal sets are equal sequences
+        if (a[i] != b[i]) return false;
+    }
+    return true;
+}
+
+// One thread per run of equal hashes (order[starts[r]:starts[r+1]], ids increasing):
+// pairs consecutive verified twins (coarsen_cpu._pair_twins).
+extern "C" __global__ void pair_twins(i64 runs, const i64* __restrict__ xadj,
+                                      const int* __restrict__ adjncy,
+                                      const i64* __restrict__ vwgt, i64 cap,
+                                      const int* __restrict__ order,
+                                      const i64* __restrict__ starts,
+                                      int* __restrict__ match) {
+    GRID_STRIDE(r, runs) {
+        i64 i = starts[r];
+        i64 end = starts[r + 1];
+        while (i + 1 < end) {
+            int u = order[i];
+            int v = order[i + 1];
+            if (vwgt[u] + vwgt[v] <= cap && same_neighbourhood(xadj, adjncy, u, v)) {
+                match[u] = v;
+                match[v] = u;
+                i += 2;
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ contraction
+// Algorithm 3 lines 1-3: bound[c] = summed fine degrees of c's members, and the
+// coarse vertex weights. Integer atomics: exact and order-independent.
+extern "C" __global__ void contract_bounds(i64 n, const i64* __restrict__ xadj,
+                                           const i64* __restrict__ vwgt,
+                                           const int* __restrict__ cmap,
+                                           i64* __restrict__ bound, i64* __restrict__ cvwgt) {
+    GRID_STRIDE(u, n) {
+        int c = cmap[u];
+        atomicAdd((u64*)&bound[c], (u64)(xadj[u + 1] - xadj[u]));
+        atomicAdd((u64*)&cvwgt[c], (u64)vwgt[u]);
+    }
+}
+
+__device__ __forceinline__ void add_weight(i64* p, i64 w) {
+    atomicAdd((u64*)p, (u64)w);  // two's complement: exact for any int64 sum
+}
+
+__device__ __forceinline__ void add_weight(double* p, double w) {
+    atomicAdd(p, w);  // the summation order, hence the last bits, depend on scheduling
+}
+
+// Algorithm 3 lines 7-10, one thread per fine edge e = (u, v): insert key cmap[v]
+// into region off[c]:off[c+1] of c = cmap[u] (linear probing, empty slot = -1,
+// claimed by atomicCAS) and add the weight. Edges inside c are self loops: dropped.
+// The region holds at least as many slots as c has distinct neighbours, so probing
+// always ends. Slot hash as in coarsen_cpu._hash_insert (multiply-shift onto the region).
+template <typename W>
+__device__ __forceinline__ void contract_insert_body(
+    i64 n, i64 m2, const i64* __restrict__ xadj, const int* __restrict__ adjncy,
+    const W* __restrict__ adjwgt, const int* __restrict__ cmap, const i64* __restrict__ off,
+    int* __restrict__ hkey, W* __restrict__ hwgt) {
+    GRID_STRIDE(e, m2) {
+        int c = cmap[row_of(xadj, n, e)];
+        int d = cmap[adjncy[e]];
+        if (d == c) continue;
+        i64 lo = off[c];
+        i64 size = off[c + 1] - lo;
+        u64 h = ((u64)d * 0x9E3779B1ULL) & 0xFFFFFFFFULL;
+        i64 j = lo + (i64)((h * (u64)size) >> 32);
+        for (;;) {
+            int old = atomicCAS(&hkey[j], -1, d);
+            if (old == -1 || old == d) {
+                add_weight(&hwgt[j], adjwgt[e]);
+                break;
+            }
+            if (++j == lo + size) j = lo;
+        }
+    }
+}
+
+extern "C" __global__ void contract_insert_i64(i64 n, i64 m2, const i64* xadj,
+                                               const int* adjncy, const i64* adjwgt,
+                                               const int* cmap, const i64* off, int* hkey,
+                                               i64* hwgt) {
+    contract_insert_body<i64>(n, m2, xadj, adjncy, adjwgt, cmap, off, hkey, hwgt);
+}
+
+extern "C" __global__ void contract_insert_f64(i64 n, i64 m2, const i64* xadj,
+                                               const int* adjncy, const double* adjwgt,
+                                               const int* cmap, const i64* off, int* hkey,
+                                               double* hwgt) {
+    contract_insert_body<double>(n, m2, xadj, adjncy, adjwgt, cmap, off, hkey, hwgt);
+}
+
+// Sort key of occupied slot idx[i]: row * nc + neighbour, row = the region holding
+// the slot. Keys are distinct, and increasing keys are the coarse CSR in row order
+// with every row sorted by neighbour id.
+extern "C" __global__ void contract_keys(i64 mc, i64 nc, const i64* __restrict__ off,
+                                         const i64* __restrict__ idx,
+                                         const int* __restrict__ hkey, i64* __restrict__ key) {
+    GRID_STRIDE(i, mc) {
+        i64 slot = idx[i];
+        key[i] = row_of(off, nc, slot) * nc + (i64)hkey[slot];
+    }
+}

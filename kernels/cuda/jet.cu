@@ -1,0 +1,270 @@
+// Jet refinement kernels: the CUDA twins of the label propagation and move
+// application kernels of kernels/jet_cpu.py (_lp_propose, _lp_afterburn,
+// _move_delta, _commit). See kernels/jet_gpu.py for what is bit-identical.
+//
+// Float arithmetic that feeds a decision uses __dadd_rn / __dmul_rn / __dsub_rn:
+// NVRTC contracts a * b + c into a fused multiply-add by default, the CPU never
+// does, and one rounding less is enough to flip a tie.
+#include "common.cuh"
+
+// ------------------------------------------------------------------ connectivity table
+// Per-vertex map key -> summed weight, key = t * k + (level-t group of a neighbour's
+// block); t = 0 holds plain block connectivities. Vertex u owns the scratch region
+// [xadj[u] * nlev, xadj[u + 1] * nlev): at most deg(u) * nlev distinct keys can occur,
+// so the region never overflows. Small regions are searched linearly (entries packed
+// at the front, `used` of them); larger ones are open-addressing hash tables with
+// linear probing (empty slot: key -1). Either way a key's value is summed in
+// neighbour order, as the CPU's dense table is.
+#define LINEAR_MAX 64
+
+struct ConnTable {
+    int* keys;
+    double* vals;
+    i64 cap;
+    i64 used;
+    bool hashed;
+};
+
+__device__ __forceinline__ ConnTable table_open(int* keys, double* vals, i64 begin, i64 cap) {
+    ConnTable T;
+    T.keys = keys + begin;
+    T.vals = vals + begin;
+    T.cap = cap;
+    T.used = 0;
+    T.hashed = cap > LINEAR_MAX;
+    if (T.hashed)
+        for (i64 i = 0; i < cap; ++i) T.keys[i] = -1;
+    return T;
+}
+
+// Slot of `key`, or -1 when absent (inserted with value 0 when `insert`).
+__device__ i64 table_slot(ConnTable& T, int key, bool insert) {
+    if (!T.hashed) {
+        for (i64 i = 0; i < T.used; ++i)
+            if (T.keys[i] == key) return i;
+        if (!insert) return -1;
+        T.keys[T.used] = key;
+        T.vals[T.used] = 0.0;
+        return T.used++;
+    }
+    i64 h = (i64)(mix64((u64)(unsigned)key) % (u64)T.cap);
+    // at most cap probes: a lookup of an absent key in a full table must stop
+    for (i64 step = 0; step < T.cap; ++step) {
+        const int kk = T.keys[h];
+        if (kk == key) return h;
+        if (kk == -1) {
+            if (!insert) return -1;
+            T.keys[h] = key;
+            T.vals[h] = 0.0;
+            return h;
+        }
+        h = (h + 1 == T.cap) ? 0 : h + 1;
+    }
+    return -1;  // unreachable for inserts (distinct keys <= cap)
+}
+
+__device__ __forceinline__ void table_add(ConnTable& T, int key, double w) {
+    const i64 s = table_slot(T, key, true);
+    T.vals[s] = __dadd_rn(T.vals[s], w);
+}
+
+__device__ __forceinline__ double table_get(ConnTable& T, int key) {
+    const i64 s = table_slot(T, key, false);
+    return s < 0 ? 0.0 : T.vals[s];
+}
+
+// Number of slots to scan when listing the keys (packed prefix or whole hash table).
+__device__ __forceinline__ i64 table_extent(const ConnTable& T) {
+    return T.hashed ? T.cap : T.used;
+}
+
+__device__ __forceinline__ int group_key(i64 t, i64 b, i64 k, const i64* __restrict__ div) {
+    return (int)(t * k + b / div[t]);
+}
+
+// ------------------------------------------------------------------ LP: first filter
+// Twin of jet_cpu._lp_propose: best adjacent block of every unlocked boundary vertex.
+// div[t] = P_t (P_0 = 1), delta[t] = d_{t+1} - d_t; nlev = 1 in cut mode.
+// Writes dest[u] (-1: no candidate) and gain[u] for every u.
+extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
+                                      const double* __restrict__ w, const int* __restrict__ part,
+                                      const unsigned char* __restrict__ locked,
+                                      const i64* __restrict__ div, const double* __restrict__ delta,
+                                      i64 n, i64 k, i64 nlev, i64 cut_mode, double filter_ratio,
+                                      int* __restrict__ keys, double* __restrict__ vals,
+                                      int* __restrict__ dest, double* __restrict__ gain) {
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 u = (i64)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
+        dest[u] = -1;
+        gain[u] = 0.0;
+        if (locked[u]) continue;
+        const i64 a = part[u];
+        const i64 lo = xadj[u], hi = xadj[u + 1];
+        // interior vertices have nowhere to go: skip them before any table work
+        bool boundary = false;
+        for (i64 e = lo; e < hi; ++e) {
+            if (part[adjncy[e]] != a) {
+                boundary = true;
+                break;
+            }
+        }
+        if (!boundary) continue;
+
+        ConnTable T = table_open(keys, vals, lo * nlev, (hi - lo) * nlev);
+        for (i64 e = lo; e < hi; ++e) {
+            const i64 b = part[adjncy[e]];
+            for (i64 t = 0; t < nlev; ++t) table_add(T, group_key(t, b, k, div), w[e]);
+        }
+        const double own = table_get(T, (int)a);
+        i64 best_b = -1;
+        double best_g = 0.0;
+        // level-0 keys (< k) are exactly the adjacent blocks; the winner (largest gain,
+        // then smallest id) does not depend on the order they are listed in
+        const i64 extent = table_extent(T);
+        for (i64 i = 0; i < extent; ++i) {
+            const int key = T.keys[i];
+            if (key < 0 || key >= k || key == a) continue;
+            const i64 b = key;
+            double g;
+            if (cut_mode) {
+                g = T.vals[i] - own;
+            } else {
+                g = 0.0;
+                for (i64 t = 0; t < nlev; ++t) {
+                    const double wb = table_get(T, group_key(t, b, k, div));
+                    const double wa = table_get(T, group_key(t, a, k, div));
+                    g = __dadd_rn(g, __dmul_rn(delta[t], __dsub_rn(wb, wa)));
+                }
+            }
+            if (best_b < 0 || g > best_g || (g == best_g && b < best_b)) {
+                best_b = b;
+                best_g = g;
+            }
+        }
+        if (best_b >= 0) {
+            bool ok = best_g >= 0.0;
+            if (cut_mode && !ok) ok = -best_g < floor(__dmul_rn(filter_ratio, own));
+            if (ok) {
+                dest[u] = (int)best_b;
+                gain[u] = best_g;
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ LP: afterburner
+// Twin of jet_cpu._lp_afterburn: candidate u re-evaluates its gain assuming every
+// candidate neighbour of higher priority (larger gain; equal gain and smaller id)
+// already moved; it moves when that gain is >= 0. Writes move[u] (0/1) and
+// target[u] (dest[u] when moving, else -1) for every u.
+extern "C" __global__ void lp_afterburn(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
+                                        const double* __restrict__ w, const int* __restrict__ part,
+                                        const i64* __restrict__ prefix,
+                                        const double* __restrict__ dist, i64 n, i64 cut_mode,
+                                        const int* __restrict__ dest,
+                                        const double* __restrict__ gain,
+                                        unsigned char* __restrict__ move,
+                                        int* __restrict__ target) {
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 u = (i64)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
+        move[u] = 0;
+        target[u] = -1;
+        const i64 b = dest[u];
+        if (b < 0) continue;
+        const i64 a = part[u];
+        const double gu = gain[u];
+        double g2 = 0.0;
+        for (i64 e = xadj[u]; e < xadj[u + 1]; ++e) {
+            const i64 v = adjncy[e];
+            i64 cv = part[v];
+            const i64 dv = dest[v];
+            if (dv >= 0 && (gain[v] > gu || (gain[v] == gu && v < u))) cv = dv;
+            const double we = w[e];
+            if (cut_mode) {
+                if (cv == b)
+                    g2 = __dadd_rn(g2, we);
+                else if (cv == a)
+                    g2 = __dsub_rn(g2, we);
+            } else {
+                const double d = __dsub_rn(distance(a, cv, prefix, dist),
+                                           distance(b, cv, prefix, dist));
+                g2 = __dadd_rn(g2, __dmul_rn(we, d));
+            }
+        }
+        if (g2 >= 0.0) {
+            move[u] = 1;
+            target[u] = (int)b;
+        }
+    }
+}
+
+// ------------------------------------------------------------------ applying moves
+__device__ __forceinline__ i64 pair_level(i64 p, i64 q, const i64* __restrict__ prefix) {
+    return p == q ? 0 : level_index(p, q, prefix) + 1;
+}
+
+// Twin of jet_cpu._move_delta over all vertices (target[u] >= 0 marks a move): the
+// traffic change per level of executing all moves at once. A pair with one moving
+// end is seen only from that end (factor 2), one with two moving ends from each.
+// Row sums as in objective.cu: out[lev * rows + r], zeroed by the caller.
+template <typename W>
+__device__ void move_delta_rows(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
+                                const W* __restrict__ adjwgt, const int* __restrict__ part,
+                                const i64* __restrict__ prefix, const int* __restrict__ target,
+                                i64 n, i64 rows, W* __restrict__ out) {
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
+        for (i64 u = r; u < n; u += rows) {
+            const i64 b = target[u];
+            if (b < 0) continue;
+            const i64 a = part[u];
+            for (i64 e = xadj[u]; e < xadj[u + 1]; ++e) {
+                const i64 v = adjncy[e];
+                const i64 old_v = part[v];
+                i64 new_v = old_v;
+                W f = 2;
+                if (target[v] >= 0) {
+                    new_v = target[v];
+                    f = 1;
+                }
+                const W wf = adjwgt[e] * f;  // exact: f is 1 or 2
+                const i64 lev_old = pair_level(a, old_v, prefix);
+                const i64 lev_new = pair_level(b, new_v, prefix);
+                if (lev_old != lev_new) {
+                    out[lev_old * rows + r] -= wf;
+                    out[lev_new * rows + r] += wf;
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void move_delta_i64(const i64* xadj, const int* adjncy, const i64* adjwgt,
+                                          const int* part, const i64* prefix, const int* target,
+                                          i64 n, i64 rows, i64* out) {
+    move_delta_rows<i64>(xadj, adjncy, adjwgt, part, prefix, target, n, rows, out);
+}
+
+extern "C" __global__ void move_delta_f64(const i64* xadj, const int* adjncy, const double* adjwgt,
+                                          const int* part, const i64* prefix, const int* target,
+                                          i64 n, i64 rows, double* out) {
+    move_delta_rows<double>(xadj, adjncy, adjwgt, part, prefix, target, n, rows, out);
+}
+
+// Twin of jet_cpu._commit: move every u with target[u] >= 0, update the block
+// weights (integer atomics: exact) and count the moves in *count; resets target
+// to -1 so the buffer is ready for the next round.
+extern "C" __global__ void commit_moves(int* __restrict__ part, int* __restrict__ target,
+                                        const i64* __restrict__ vwgt, i64 n, i64* bw, i64* count) {
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 u = (i64)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
+        const int b = target[u];
+        if (b < 0) continue;
+        const u64 wu = (u64)vwgt[u];
+        atomicAdd((u64*)&bw[part[u]], (u64)0 - wu);  // two's complement: subtracts
+        atomicAdd((u64*)&bw[b], wu);
+        part[u] = b;
+        target[u] = -1;
+        atomicAdd((u64*)count, 1ULL);
+    }
+}

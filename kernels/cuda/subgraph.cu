@@ -1,0 +1,55 @@
+// Subgraph extraction (paper Algorithm 1): the CUDA twin of kernels/subgraph_cpu.py.
+//
+// One thread per fine CSR entry (source row found by binary search on xadj, so
+// skewed degrees cost nothing extra): first flag the entries whose endpoints share
+// a block, then, after scans on the Python side, copy each kept entry to its place
+// in the block-ordered output. Entries keep their row order, so rows stay sorted.
+#include "common.cuh"
+
+#define GRID_STRIDE(i, count)                                                   \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(count); \
+         i += (i64)blockDim.x * gridDim.x)
+
+// Row (source vertex) of CSR entry e: the last u in [0, n) with xadj[u] <= e
+// (the same helper as in coarsen.cu).
+__device__ __forceinline__ i64 row_of(const i64* __restrict__ xadj, i64 n, i64 e) {
+    i64 lo = 0, hi = n - 1;
+    while (lo < hi) {
+        i64 mid = (lo + hi + 1) >> 1;
+        if (xadj[mid] <= e) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+// keep[e] = 1 iff both endpoints of entry e lie in the same block.
+extern "C" __global__ void subgraph_keep(i64 n, i64 m2, const i64* __restrict__ xadj,
+                                         const int* __restrict__ adjncy,
+                                         const i64* __restrict__ part,
+                                         unsigned char* __restrict__ keep) {
+    GRID_STRIDE(e, m2) {
+        keep[e] = part[adjncy[e]] == part[row_of(xadj, n, e)] ? 1 : 0;
+    }
+}
+
+// Copy kept entry e of row u to rowstart[pos[u]] + (kept entries of row u before e);
+// kept_before[e] counts kept entries before e in the whole fine CSR. Weights are
+// copied as raw 8-byte words (int64 and float64 alike).
+extern "C" __global__ void subgraph_fill(i64 n, i64 m2, const i64* __restrict__ xadj,
+                                         const int* __restrict__ adjncy,
+                                         const u64* __restrict__ adjwgt,
+                                         const unsigned char* __restrict__ keep,
+                                         const i64* __restrict__ kept_before,
+                                         const i64* __restrict__ pos,
+                                         const int* __restrict__ local,
+                                         const i64* __restrict__ rowstart,
+                                         int* __restrict__ sub_adjncy,
+                                         u64* __restrict__ sub_adjwgt) {
+    GRID_STRIDE(e, m2) {
+        if (!keep[e]) continue;
+        i64 u = row_of(xadj, n, e);
+        i64 out = rowstart[pos[u]] + kept_before[e] - kept_before[xadj[u]];
+        sub_adjncy[out] = local[adjncy[e]];
+        sub_adjwgt[out] = adjwgt[e];
+    }
+}
