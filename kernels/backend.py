@@ -43,6 +43,7 @@ class Backend:
     cost: Callable
     extract_subgraphs: Callable
     level_traffic: Callable
+    upload_graph: Callable  # (xadj, adjncy, adjwgt, vwgt) -> the same on this device
 
     def asarray(self, a, dtype=None):
         """``a`` on this backend's device (no copy when it is already there)."""
@@ -71,17 +72,24 @@ def cpu() -> Backend:
     from . import coarsen_cpu, jet_cpu, objective_cpu, subgraph_cpu
     return Backend("cpu", np, coarsen_cpu.two_hop_matching, coarsen_cpu.coarse_ids,
                    coarsen_cpu.contract, jet_cpu.jet_refine, jet_cpu.block_weights, jet_cpu.cost,
-                   subgraph_cpu.extract_subgraphs, objective_cpu.level_traffic)
+                   subgraph_cpu.extract_subgraphs, objective_cpu.level_traffic,
+                   lambda *arrays: tuple(to_host(a) for a in arrays))
 
 
 @functools.lru_cache(maxsize=None)
 def gpu() -> Backend:
     import cupy
 
-    from . import coarsen_gpu, jet_gpu, objective_gpu, subgraph_gpu
+    from . import coarsen_gpu, gpu_common, jet_gpu, objective_gpu, subgraph_gpu
+
+    def upload_graph(*arrays):
+        if any(is_device_array(a) for a in arrays):
+            return tuple(cupy.ascontiguousarray(cupy.asarray(a)) for a in arrays)
+        return gpu_common.upload_graph(*arrays)
+
     return Backend("gpu", cupy, coarsen_gpu.two_hop_matching, coarsen_gpu.coarse_ids,
                    coarsen_gpu.contract, jet_gpu.jet_refine, jet_gpu.block_weights, jet_gpu.cost,
-                   subgraph_gpu.extract_subgraphs, objective_gpu.level_traffic)
+                   subgraph_gpu.extract_subgraphs, objective_gpu.level_traffic, upload_graph)
 
 
 def of(a) -> Backend:

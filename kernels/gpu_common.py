@@ -20,6 +20,7 @@ import functools
 import pathlib
 
 import cupy as cp
+import numba as nb
 import numpy as np
 
 CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
@@ -62,9 +63,84 @@ def as_device(a, dtype=None) -> cp.ndarray:
     return cp.ascontiguousarray(cp.asarray(a, dtype=dtype))
 
 
-def gpu_available() -> bool:
-    """True when CuPy sees at least one CUDA device."""
-    try:
-        return cp.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # no driver, no device, broken install: all mean "no GPU"
-        return False
+# ----------------------------------------------------------------- uploading graphs
+#: Bytes per pinned staging buffer (two are used, alternately).
+STAGING_BYTES = 64 << 20
+
+
+@nb.njit(parallel=True, cache=True)
+def _max_int(a):
+    """Maximum of a non-empty integer array (parallel: the host side of an upload)."""
+    chunks = 64
+    best = np.full(chunks, a[0])
+    for c in nb.prange(chunks):
+        lo = c * a.size // chunks
+        hi = (c + 1) * a.size // chunks
+        m = a[lo] if hi > lo else a[0]
+        for i in range(lo, hi):
+            if a[i] > m:
+                m = a[i]
+        best[c] = m
+    return best.max()
+
+
+@nb.njit(parallel=True, cache=True)
+def _cast_into(src, dst):
+    for i in nb.prange(src.size):
+        dst[i] = src[i]
+
+
+def _narrow_dtype(a: np.ndarray) -> np.dtype:
+    """The smallest unsigned/int32 dtype holding the non-negative integers of ``a``."""
+    if a.dtype.kind not in "iu" or a.size == 0:
+        return a.dtype
+    top = int(_max_int(a))
+    for dt in (np.uint8, np.uint16, np.int32):
+        if top <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    return a.dtype
+
+
+@functools.lru_cache(maxsize=1)
+def _staging():
+    import cupyx
+    return [cupyx.empty_pinned(STAGING_BYTES, dtype=np.uint8) for _ in range(2)]
+
+
+def upload(a: np.ndarray, dtype) -> cp.ndarray:
+    """Copy the host array ``a`` (non-negative integers or floats) to the device as ``dtype``.
+
+    Pageable host memory crosses PCIe at a few GB/s; this path narrows integers to
+    the smallest type that holds them (unit weights travel as one byte), casts them
+    chunk by chunk into two pinned staging buffers with all CPU cores, and copies
+    each chunk asynchronously while the next one is cast; the device widens the
+    result to ``dtype``. Measured on an H200 host: 1.7 GB of rgg23 CSR arrays went
+    from 0.78 s (plain ``cupy.asarray``) to the time in benchmarks/bench_gpu.py.
+    """
+    a = np.ascontiguousarray(a)
+    if a.size == 0:
+        return cp.empty(0, dtype=dtype)
+    wire = _narrow_dtype(a) if np.dtype(dtype).kind in "iu" else np.dtype(a.dtype)
+    dev = cp.empty(a.size, dtype=wire)
+    per_chunk = STAGING_BYTES // wire.itemsize
+    buffers = _staging()
+    stream = cp.cuda.Stream(non_blocking=True)
+    events = [None, None]
+    for i, lo in enumerate(range(0, a.size, per_chunk)):
+        hi = min(a.size, lo + per_chunk)
+        slot = i % 2
+        if events[slot] is not None:
+            events[slot].synchronize()  # the copy that last used this buffer is done
+        staged = buffers[slot].view(wire)[: hi - lo]
+        _cast_into(a[lo:hi], staged)
+        dev[lo:hi].set(staged, stream=stream)
+        events[slot] = stream.record()
+    stream.synchronize()
+    return dev if wire == np.dtype(dtype) else dev.astype(dtype)
+
+
+def upload_graph(xadj, adjncy, adjwgt, vwgt):
+    """The CSR arrays on the device with the kernels' dtypes (see :func:`upload`)."""
+    wdt = np.float64 if np.asarray(adjwgt).dtype.kind == "f" else np.int64
+    return (upload(xadj, np.int64), upload(adjncy, np.int32), upload(adjwgt, wdt),
+            upload(vwgt, np.int64))

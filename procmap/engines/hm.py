@@ -67,7 +67,7 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
     total_weight = float(vwgt.sum())
     pes = np.zeros(n, dtype=np.int32)
     be = backend.for_size(device, n)
-    graph = tuple(be.asarray(a) for a in (xadj, adjncy, adjwgt, vwgt))
+    graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)
     # work items: (subgraph arrays, global ids, level index, first PE)
     stack = [(graph, np.arange(n, dtype=np.int64), len(levels) - 1, 0)]
     done = 0

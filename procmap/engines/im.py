@@ -60,7 +60,7 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
     dist = np.asarray(distances, dtype=np.float64)
     t0 = time.perf_counter()
     be = backend.for_size(device, xadj.size - 1)
-    graph = tuple(be.asarray(a) for a in (xadj, adjncy, adjwgt, vwgt))
+    graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)
     seconds["upload"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     hier = coarsen(*graph, COARSEN_FACTOR * k, lmax, seed)

@@ -105,10 +105,11 @@ def _internal_edges(xadj, adjncy, adjwgt, part):
     else:  # cupy.repeat takes no array of counts
         src = xp.searchsorted(xadj, xp.arange(adjncy.size), side="right") - 1
     keep = part[src] == part[adjncy]
-    counts = xp.bincount(src[keep], minlength=n)
-    fx = xp.zeros(xadj.size, dtype=np.int64)
-    xp.cumsum(counts, out=fx[1:])
-    return fx, adjncy[keep], adjwgt[keep]
+    # kept entries before each row start = the new row offsets (no histogram needed:
+    # cupy.bincount allocates per-block histograms of n entries, gigabytes at 1M)
+    kept = xp.zeros(adjncy.size + 1, dtype=np.int64)
+    xp.cumsum(keep, out=kept[1:])
+    return kept[xadj], adjncy[keep], adjwgt[keep]
 
 
 def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float, seed: int = 0,
