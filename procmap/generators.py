@@ -321,9 +321,10 @@ def _rgg_reference(n: int, seed: int = 0, radius_factor: float = 0.55) -> CommGr
 
 
 # --------------------------------------------------------------------------- Delaunay
-# Tiled Delaunay. Qhull is the slow part (superlinear in practice: cache misses on
-# large inputs) and runs in one thread; tiles of a few 10^4 points, listed in a
-# spatially local order, triangulate faster and in parallel (Qhull releases the GIL).
+# Tiled Delaunay. Qhull is the slow part (superlinear in practice: about 20 us per
+# point at 2^20 points, 2-3 us on a few thousand) and runs in one thread; tiles of a
+# few thousand points, listed in a spatially local order, triangulate faster and in
+# parallel threads (Qhull releases the GIL).
 # A triangle of a tile's triangulation is kept when it is certainly a triangle of
 # the whole set: its circumdisc meets no part of the unit square outside the tile's
 # box (so no missing point can lie in it). Thin triangles along the convex hull can
@@ -332,7 +333,7 @@ def _rgg_reference(n: int, seed: int = 0, radius_factor: float = 0.55) -> CommGr
 # (h: hull vertices) forming a proper triangulation, else a wider margin, and
 # finally the global triangulation, are used.
 
-_TILE_POINTS = 2 ** 16   # points per tile (Qhull slows down beyond this; margins cost below)
+_TILE_POINTS = 2 ** 12   # points per tile: Qhull runs 2-3x faster per point on small inputs
 _MARGIN = 1.0            # tile margin, in units of sqrt(ln n / n) (about 3 point spacings)
 _EPS = np.finfo(np.float64).eps
 
@@ -367,41 +368,62 @@ def _outside_box(x0, x1, y0, y1):
 
 
 @nb.njit(cache=True, nogil=True)
-def _circumcircle(points, a, b, c):
-    """Centre and a safe radius of the circumcircle of triangle (a, b, c).
+def _circle(points, a, b, c):
+    """The circumcircle of triangle (a, b, c) as a convex quadratic that is negative
+    exactly inside it: ``F(p) = k2 |p - a|^2 + kx (px - ax) + ky (py - ay)``.
 
-    The centre is computed relative to ``a``; the radius is widened by a bound on the
-    rounding error, which grows with ``1 / sin(angle at a)``, so a nearly flat
-    triangle gets a huge disc and is refused rather than trusted (a refusal only
-    costs a fallback). A degenerate triangle gets a negative radius. The result
-    depends only on the sorted ids, so every piece computes the same numbers.
+    This is the incircle determinant expanded along the row of ``p``; its
+    coefficients (2 x 2 minors) have small absolute errors even for a nearly flat
+    triangle, whose centre and radius are themselves ill-conditioned (a thin
+    triangle along the hull can have a radius of 10^5 and a centre known only to
+    10^-4). Returns ``(k2, kx, ky, err, ox, oy)``: ``err`` bounds the rounding error
+    of ``F`` on the unit square, ``(ox, oy)`` is the computed centre (used only to
+    pick an owner and a test point, so its error does not matter). ``k2 == 0`` flags
+    a degenerate triangle. Depends only on the sorted ids: every piece agrees.
     """
     ax, ay = points[a, 0], points[a, 1]
     bx, by = points[b, 0] - ax, points[b, 1] - ay
     cx, cy = points[c, 0] - ax, points[c, 1] - ay
-    d = bx * cy - by * cx
-    if d == 0.0:
-        return ax, ay, -1.0
     bb = bx * bx + by * by
     cc = cx * cx + cy * cy
-    ux = (cy * bb - by * cc) / (2.0 * d)
-    uy = (bx * cc - cx * bb) / (2.0 * d)
-    radius = np.sqrt(ux * ux + uy * uy)
-    reach = radius + 64.0 * _EPS * (radius * np.sqrt(bb * cc) / abs(d) + 1.0)
-    if not np.isfinite(reach):
-        return ax, ay, -1.0
-    return ax + ux, ay + uy, reach
+    d = bx * cy - by * cx
+    m1 = by * cc - bb * cy
+    m2 = bx * cc - bb * cx
+    sign = 1.0 if d > 0 else -1.0
+    k2, kx, ky = abs(d), sign * m1, -sign * m2
+    size = (2.0 * (abs(bx * cy) + abs(by * cx)) + abs(by) * cc + bb * abs(cy)
+            + abs(bx) * cc + bb * abs(cx))
+    err = 64.0 * _EPS * size
+    ox = ax - kx / (2.0 * k2) if k2 > 0.0 else np.inf
+    oy = ay - ky / (2.0 * k2) if k2 > 0.0 else np.inf
+    if not (np.isfinite(ox) and np.isfinite(oy)):
+        return 0.0, 0.0, 0.0, err, ax, ay
+    return k2, kx, ky, err, ox, oy
 
 
 @nb.njit(cache=True, nogil=True)
-def _disc_misses(ox, oy, reach, rects):
-    """True when the disc (centre, ``reach``) misses every rectangle of ``rects``."""
-    if reach < 0.0:
+def _disc_misses(points, a, circle, rects):
+    """True when no point of any rectangle is inside the circle (beyond rounding).
+
+    ``F`` is convex, so on a rectangle it is at least its tangent plane at any point
+    ``p0``, whose minimum is at a corner. With ``p0`` the point of the rectangle
+    nearest the computed centre this bound is tight, whatever the centre's error.
+    """
+    k2, kx, ky, err, ox, oy = circle
+    if k2 == 0.0:
         return False
+    ax, ay = points[a, 0], points[a, 1]
     for k in range(rects.shape[0]):
-        qx = min(max(ox, rects[k, 0]), rects[k, 1])
-        qy = min(max(oy, rects[k, 2]), rects[k, 3])
-        if (ox - qx) ** 2 + (oy - qy) ** 2 <= reach * reach:
+        px = min(max(ox, rects[k, 0]), rects[k, 1]) - ax
+        py = min(max(oy, rects[k, 2]), rects[k, 3]) - ay
+        at_p0 = k2 * (px * px + py * py) + kx * px + ky * py
+        gx = 2.0 * k2 * px + kx  # gradient of F at p0
+        gy = 2.0 * k2 * py + ky
+        low = at_p0
+        for qx in (rects[k, 0] - ax, rects[k, 1] - ax):
+            for qy in (rects[k, 2] - ay, rects[k, 3] - ay):
+                low = min(low, at_p0 + gx * (qx - px) + gy * (qy - py))
+        if low <= err:
             return False
     return True
 
@@ -410,9 +432,9 @@ def _disc_misses(ox, oy, reach, rects):
 def _owner_tile(ox, oy, tiles):
     """The tile whose (half-open) core holds the circumcentre: one owner per triangle.
     Centres outside the square go to the nearest boundary tile."""
-    i = min(max(np.int64(np.floor(ox * tiles)), 0), tiles - 1)
-    j = min(max(np.int64(np.floor(oy * tiles)), 0), tiles - 1)
-    return i, j
+    i = min(max(np.floor(ox * tiles), 0.0), tiles - 1.0)  # clamp before the int conversion
+    j = min(max(np.floor(oy * tiles), 0.0), tiles - 1.0)
+    return np.int64(i), np.int64(j)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -428,17 +450,15 @@ def _sorted_triangle(ids, simplex):
 
 
 @nb.njit(cache=True, nogil=True)
-def _tile_keeps(ox, oy, reach, tiles, margin, ti, tj):
+def _tile_keeps(points, a, circle, tiles, margin, ti, tj):
     """Tile (ti, tj) keeps a triangle when it owns the circumcentre and the circumdisc
     stays inside the tile's box (no point the tile lacks can be in it: Delaunay).
     A disc of radius ``r`` centred in the core fits when ``r < margin``."""
-    if reach < 0.0:
-        return False
-    i, j = _owner_tile(ox, oy, tiles)
+    i, j = _owner_tile(circle[4], circle[5], tiles)
     if i != ti or j != tj:
         return False
     x0, x1, y0, y1 = _tile_box(tiles, i, j, margin)
-    return _disc_misses(ox, oy, reach, _outside_box(x0, x1, y0, y1))
+    return _disc_misses(points, a, circle, _outside_box(x0, x1, y0, y1))
 
 
 @nb.njit(cache=True, nogil=True)
@@ -447,8 +467,7 @@ def _keep_tile_triangles(points, ids, simplices, tiles, margin, ti, tj):
     m = 0
     for t in range(simplices.shape[0]):
         a, b, c = _sorted_triangle(ids, simplices[t])
-        ox, oy, reach = _circumcircle(points, a, b, c)
-        if _tile_keeps(ox, oy, reach, tiles, margin, ti, tj):
+        if _tile_keeps(points, a, _circle(points, a, b, c), tiles, margin, ti, tj):
             out[m, 0], out[m, 1], out[m, 2] = a, b, c
             m += 1
     return out[:m].copy()
@@ -465,11 +484,11 @@ def _keep_band_triangles(points, ids, simplices, tiles, margin, width):
     m = 0
     for t in range(simplices.shape[0]):
         a, b, c = _sorted_triangle(ids, simplices[t])
-        ox, oy, reach = _circumcircle(points, a, b, c)
-        if not _disc_misses(ox, oy, reach, inner):
+        circle = _circle(points, a, b, c)
+        if not _disc_misses(points, a, circle, inner):
             continue
-        i, j = _owner_tile(ox, oy, tiles)
-        if _tile_keeps(ox, oy, reach, tiles, margin, i, j):
+        i, j = _owner_tile(circle[4], circle[5], tiles)
+        if _tile_keeps(points, a, circle, tiles, margin, i, j):
             continue
         out[m, 0], out[m, 1], out[m, 2] = a, b, c
         m += 1

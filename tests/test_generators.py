@@ -89,3 +89,70 @@ def test_delaunay_matches_scipy():
             edges.add((min(u, v), max(u, v)))
     coo = sp.triu(g.to_scipy()).tocoo()
     assert set(zip(coo.row.tolist(), coo.col.tolist())) == edges
+
+
+# ----------------------------------------------------------------- fast versions == references
+from procmap import generators as gen  # noqa: E402
+
+
+def _identical(a, b):
+    """Bit-identical CommGraphs: every array, dtype included (published numbers depend on it)."""
+    return all(np.array_equal(getattr(a, k), getattr(b, k)) and getattr(a, k).dtype == getattr(b, k).dtype
+               for k in ("xadj", "adjncy", "adjwgt", "vwgt"))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 60, 3000, 20000])
+@pytest.mark.parametrize("factor", [0.55, 0.2, 1.7])
+def test_rgg_equals_reference(n, factor):
+    for seed in (0, 1):
+        assert _identical(random_geometric_graph(n, seed, factor), gen._rgg_reference(n, seed, factor))
+
+
+@pytest.mark.parametrize("cells", [1, 2, 7, 30])
+def test_rgg_search_grid_does_not_matter(cells):
+    """Coarser search grids than the automatic one must find exactly the same pairs."""
+    n, seed = 5000, 4
+    pts = random_points(n, seed)
+    radius = gen._rgg_radius(n, 0.55)
+    assert _identical(gen._rgg_from_points(pts, radius, search_cells=cells), gen._rgg_reference(n, seed))
+
+
+def test_spatial_order_equals_lexsort():
+    rng = np.random.default_rng(0)
+    fine = random_points(5000, 1)
+    ties = np.round(rng.random((5000, 2)) * 40) / 40  # many equal x, equal y and duplicate points
+    crowded = rng.random((3000, 2)) * 0.2  # cells of 100+ points: the merge-sort path
+    for pts, cell in ((fine, 0.01), (ties, 0.1), (crowded, 0.05), (fine, 1e-4), (fine, 2.0)):
+        assert np.array_equal(gen._spatial_order(pts, cell), gen._spatial_order_reference(pts, cell))
+
+
+@pytest.mark.parametrize("n, tiles", [(2 ** 12, 2), (2 ** 12, 5), (2 ** 13, 8), (2 ** 14, 3), (2 ** 14, 11)])
+def test_delaunay_tiles_equal_reference(n, tiles):
+    """Small forced tiles: many tile borders, and hull triangles longer than a tile."""
+    for seed in (0, 1, 2):
+        graph = gen._tiled_delaunay_graph(random_points(n, seed), tiles)
+        assert graph is not None, "the tiled triangulation did not add up"
+        assert _identical(graph, gen._delaunay_reference(n, seed))
+
+
+def test_delaunay_public_path_uses_tiles_and_equals_reference(monkeypatch):
+    n, seed = 2 ** 14 + 123, 7
+    assert gen._auto_tiles(n) >= 2
+    calls = []
+    tiled = gen._tiled_delaunay_graph
+    monkeypatch.setattr(gen, "_tiled_delaunay_graph", lambda *a, **k: calls.append(a[1]) or tiled(*a, **k))
+    assert _identical(delaunay_graph(n, seed), gen._delaunay_reference(n, seed))
+    assert calls == [gen._auto_tiles(n)]  # the first attempt succeeded
+
+
+def test_delaunay_checks_catch_a_too_small_margin(monkeypatch):
+    """With tiny margins triangles go missing: the checks must refuse, never return a
+    wrong graph, and delaunay_graph must then fall back to the global triangulation."""
+    n, seed = 2 ** 14, 3
+    pts = random_points(n, seed)
+    reference = gen._delaunay_reference(n, seed)
+    graphs = [gen._tiled_delaunay_graph(pts, 4, factor) for factor in (0.2, 0.4, 0.6)]
+    assert any(graph is None for graph in graphs)  # the checks did fire
+    assert all(graph is None or _identical(graph, reference) for graph in graphs)
+    monkeypatch.setattr(gen, "_tiled_delaunay_graph", lambda *a, **k: None)
+    assert _identical(delaunay_graph(n, seed), reference)
