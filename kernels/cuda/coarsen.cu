@@ -10,23 +10,6 @@
 // (float64), generated from one template body.
 #include "common.cuh"
 
-#define GRID_STRIDE(i, count)                                                   \
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(count); \
-         i += (i64)blockDim.x * gridDim.x)
-
-// Row (source vertex) of CSR entry e: the last u in [0, n) with xadj[u] <= e.
-// Empty rows share their xadj value with the next row, so "last" picks the
-// non-empty row that really holds e.
-__device__ __forceinline__ i64 row_of(const i64* __restrict__ xadj, i64 n, i64 e) {
-    i64 lo = 0, hi = n - 1;
-    while (lo < hi) {
-        i64 mid = (lo + hi + 1) >> 1;
-        if (xadj[mid] <= e) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
-
 // ------------------------------------------------------------------------ HEM
 // Tie-break key of the undirected edge {u, v}: symmetric, seeded (coarsen_cpu._edge_hash).
 __device__ __forceinline__ u64 edge_hash(i64 u, i64 v, u64 seed) {

@@ -30,3 +30,21 @@ __device__ __forceinline__ double distance(i64 p, i64 q, const i64* __restrict__
                                            const double* __restrict__ dist) {
     return p == q ? 0.0 : dist[level_index(p, q, prefix)];
 }
+
+// One thread per item with a grid-stride loop: correct for any launch geometry.
+#define GRID_STRIDE(i, count)                                                   \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(count); \
+         i += (i64)blockDim.x * gridDim.x)
+
+// Row (source vertex) of CSR entry e: the last u in [0, n) with xadj[u] <= e.
+// Empty rows share their xadj value with the next row, so "last" picks the
+// non-empty row that really holds e.
+__device__ __forceinline__ i64 row_of(const i64* __restrict__ xadj, i64 n, i64 e) {
+    i64 lo = 0, hi = n - 1;
+    while (lo < hi) {
+        i64 mid = (lo + hi + 1) >> 1;
+        if (xadj[mid] <= e) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}

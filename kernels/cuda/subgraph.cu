@@ -6,22 +6,6 @@
 // in the block-ordered output. Entries keep their row order, so rows stay sorted.
 #include "common.cuh"
 
-#define GRID_STRIDE(i, count)                                                   \
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(count); \
-         i += (i64)blockDim.x * gridDim.x)
-
-// Row (source vertex) of CSR entry e: the last u in [0, n) with xadj[u] <= e
-// (the same helper as in coarsen.cu).
-__device__ __forceinline__ i64 row_of(const i64* __restrict__ xadj, i64 n, i64 e) {
-    i64 lo = 0, hi = n - 1;
-    while (lo < hi) {
-        i64 mid = (lo + hi + 1) >> 1;
-        if (xadj[mid] <= e) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
-
 // keep[e] = 1 iff both endpoints of entry e lie in the same block.
 extern "C" __global__ void subgraph_keep(i64 n, i64 m2, const i64* __restrict__ xadj,
                                          const int* __restrict__ adjncy,
