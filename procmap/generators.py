@@ -669,12 +669,11 @@ def delaunay_graph(n: int, seed: int = 0) -> CommGraph:
         raise ValueError("delaunay_graph needs n >= 3")
     points = random_points(n, seed)
     tiles = _auto_tiles(n)
-    for factor in (1, 2):
-        if tiles < 2:
-            break
-        graph = _tiled_delaunay_graph(points, tiles, factor * _MARGIN)
-        if graph is not None:
-            return graph
+    if tiles > 1:
+        for factor in (1, 2):  # then a doubled margin, then the global triangulation
+            graph = _tiled_delaunay_graph(points, tiles, factor * _MARGIN)
+            if graph is not None:
+                return graph
     from scipy.spatial import Delaunay
 
     order = _spatial_order(points, _rgg_radius(n, 0.55))
