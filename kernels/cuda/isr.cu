@@ -1,0 +1,247 @@
+// Independent-set refinement (G-kway): the CUDA kernels of kernels/isr_gpu.py, twins of
+// _isr_propose, _isr_independent and _prefix_select in kernels/isr_cpu.py. The sorts and
+// prefix sums between them are CuPy calls. All launches cover n, 2n or k items (never a
+// data-dependent count), and every kernel is a grid-stride loop.
+//
+// Float arithmetic that feeds a decision uses __dadd_rn / __dmul_rn / __dsub_rn: NVRTC
+// would contract a * b + c into a fused multiply-add, the CPU never does, and one
+// rounding less is enough to flip a comparison.
+#include "common.cuh"
+
+#define LLONG_MAX_ 0x7FFFFFFFFFFFFFFFLL
+
+// ------------------------------------------------------------------ connectivity table
+// Vertex u owns the slots [base, base + cap) of keys/vals with base = xadj[u] * nlev and
+// cap = deg(u) * nlev: at most that many distinct keys t * k + group occur, so the table
+// never overflows. Open addressing with linear probing; empty slot: key -1. Each key's
+// value is summed in neighbour order, exactly as the CPU's dense table.
+
+// Slot holding `key`, else the empty slot where it would go, else -1 (full, absent).
+__device__ __forceinline__ i64 probe(const int* __restrict__ keys, i64 base, i64 cap, int key) {
+    i64 h = base + (i64)(mix64((u64)(unsigned)key) % (u64)cap);
+    for (i64 s = 0; s < cap; ++s) {
+        const int kk = keys[h];
+        if (kk == key || kk == -1) return h;
+        h = (h + 1 == base + cap) ? base : h + 1;
+    }
+    return -1;
+}
+
+__device__ __forceinline__ void table_add(int* __restrict__ keys, double* __restrict__ vals,
+                                          i64 base, i64 cap, int key, double w) {
+    const i64 s = probe(keys, base, cap, key);  // never -1: distinct keys <= cap
+    if (keys[s] != key) {
+        keys[s] = key;
+        vals[s] = 0.0;
+    }
+    vals[s] = __dadd_rn(vals[s], w);
+}
+
+// Summed weight of `key` (0 when no neighbour contributed: the CPU's untouched entry).
+__device__ __forceinline__ double table_get(const int* __restrict__ keys,
+                                            const double* __restrict__ vals, i64 base, i64 cap,
+                                            int key) {
+    const i64 s = probe(keys, base, cap, key);
+    return (s >= 0 && keys[s] == key) ? vals[s] : 0.0;
+}
+
+__device__ __forceinline__ int group_key(i64 t, i64 b, i64 k, const i64* __restrict__ div) {
+    return (int)(t * k + b / div[t]);
+}
+
+// ------------------------------------------------------------------ step 1: candidates
+// Twin of isr_cpu._isr_propose: best legal destination (gain > 0, vwgt[u] + bw[dst] <=
+// lmax; largest gain, then smallest block) of every boundary vertex. div[t] = P_t
+// (P_0 = 1), delta[t] = d_{t+1} - d_t; nlev = 1 in cut mode. Writes dest (-1: none), gain.
+extern "C" __global__ void isr_propose(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
+                                       const double* __restrict__ w, const i64* __restrict__ vwgt,
+                                       const int* __restrict__ part, const i64* __restrict__ bw,
+                                       i64 lmax, const i64* __restrict__ div,
+                                       const double* __restrict__ delta, i64 n, i64 k, i64 nlev,
+                                       i64 cut_mode, int* __restrict__ keys,
+                                       double* __restrict__ vals, int* __restrict__ dest,
+                                       double* __restrict__ gain) {
+    GRID_STRIDE(u, n) {
+        dest[u] = -1;
+        gain[u] = 0.0;
+        const i64 a = part[u];
+        const i64 lo = xadj[u], hi = xadj[u + 1];
+        bool boundary = false;
+        for (i64 e = lo; e < hi && !boundary; ++e) boundary = part[adjncy[e]] != a;
+        if (!boundary) continue;  // interior: every gain is negative
+
+        const i64 base = lo * nlev, cap = (hi - lo) * nlev;
+        for (i64 s = 0; s < cap; ++s) keys[base + s] = -1;
+        for (i64 e = lo; e < hi; ++e) {
+            const i64 b = part[adjncy[e]];
+            for (i64 t = 0; t < nlev; ++t)
+                table_add(keys, vals, base, cap, group_key(t, b, k, div), w[e]);
+        }
+        const double own = table_get(keys, vals, base, cap, (int)a);
+        const i64 room = lmax - vwgt[u];
+        i64 best_b = -1;
+        double best_g = 0.0;
+        // level-0 keys (< k) are the adjacent blocks; the winner does not depend on the
+        // order in which the slots list them
+        for (i64 s = 0; s < cap; ++s) {
+            const int key = keys[base + s];
+            if (key < 0 || key >= k || key == a || bw[key] > room) continue;
+            const i64 b = key;
+            double g;
+            if (cut_mode) {
+                g = __dsub_rn(vals[base + s], own);
+            } else {
+                g = 0.0;
+                for (i64 t = 0; t < nlev; ++t) {
+                    const double wb = table_get(keys, vals, base, cap, group_key(t, b, k, div));
+                    const double wa = table_get(keys, vals, base, cap, group_key(t, a, k, div));
+                    g = __dadd_rn(g, __dmul_rn(delta[t], __dsub_rn(wb, wa)));
+                }
+            }
+            if (g > 0.0 && (best_b < 0 || g > best_g || (g == best_g && b < best_b))) {
+                best_b = b;
+                best_g = g;
+            }
+        }
+        if (best_b >= 0) {
+            dest[u] = (int)best_b;
+            gain[u] = best_g;
+        }
+    }
+}
+
+// ------------------------------------------------------------------ step 2: independent set
+// Twin of isr_cpu._isr_independent: a candidate is selected when its priority (larger
+// gain, then larger mix64(id ^ key)) beats every candidate neighbour. Reads only dest and
+// gain, so the result does not depend on thread scheduling.
+extern "C" __global__ void isr_independent(const i64* __restrict__ xadj,
+                                           const int* __restrict__ adjncy,
+                                           const int* __restrict__ dest,
+                                           const double* __restrict__ gain, u64 key, i64 n,
+                                           unsigned char* __restrict__ sel) {
+    GRID_STRIDE(u, n) {
+        sel[u] = 0;
+        if (dest[u] < 0) continue;
+        const double gu = gain[u];
+        const u64 hu = mix64((u64)u ^ key);
+        bool wins = true;
+        for (i64 e = xadj[u]; e < xadj[u + 1] && wins; ++e) {
+            const i64 v = adjncy[e];
+            if (v == u || dest[v] < 0) continue;
+            const double gv = gain[v];
+            wins = !(gv > gu || (gv == gu && mix64((u64)v ^ key) > hu));
+        }
+        if (wins) sel[u] = 1;
+    }
+}
+
+// ------------------------------------------------------------------ step 3: selection
+// Sort key of every vertex: selected ones by gain descending (the bits of a positive
+// double order like its value), the rest last. A stable argsort of these keys over the
+// ids 0..n-1 gives the CPU's (gain desc, id asc) order.
+extern "C" __global__ void isr_sort_keys(const unsigned char* __restrict__ sel,
+                                         const double* __restrict__ gain, i64 n,
+                                         i64* __restrict__ skey) {
+    GRID_STRIDE(u, n) {
+        skey[u] = sel[u] ? -__double_as_longlong(gain[u]) : LLONG_MAX_;
+    }
+}
+
+// Two balance events per move position j (order[j] = the j-th vertex in selection
+// order): event 2j leaves the source block, 2j+1 enters the destination. Event i of
+// block b gets the unique key b * 2n + i; positions past the last move get block k.
+extern "C" __global__ void isr_events(const i64* __restrict__ order,
+                                      const unsigned char* __restrict__ sel,
+                                      const int* __restrict__ part, const int* __restrict__ dest,
+                                      i64 n, i64 k, i64* __restrict__ ekey) {
+    const i64 E = 2 * n;
+    GRID_STRIDE(j, n) {
+        const i64 u = order[j];
+        const bool real = sel[u] != 0;
+        ekey[2 * j] = (real ? (i64)part[u] : k) * E + 2 * j;
+        ekey[2 * j + 1] = (real ? (i64)dest[u] : k) * E + 2 * j + 1;
+    }
+}
+
+// Over the sorted event keys: the weight change of each event (0 for padding) and the
+// first position of each block's run (seg_start, -1 beforehand: blocks without events
+// keep -1).
+extern "C" __global__ void isr_event_deltas(const i64* __restrict__ skeys,
+                                            const i64* __restrict__ order,
+                                            const i64* __restrict__ vwgt, i64 n, i64 k,
+                                            i64* __restrict__ sdelta, i64* __restrict__ seg_start) {
+    const i64 E = 2 * n;
+    GRID_STRIDE(i, E) {
+        const i64 b = skeys[i] / E;
+        if (b == k) {
+            sdelta[i] = 0;
+            continue;
+        }
+        const i64 ev = skeys[i] % E;
+        const i64 x = vwgt[order[ev / 2]];
+        sdelta[i] = (ev & 1) ? x : -x;
+        if (i == 0 || skeys[i - 1] / E != b) seg_start[b] = i;
+    }
+}
+
+__device__ __forceinline__ void add_interval(i64* diff, i64 lo, i64 hi) {
+    atomicAdd((u64*)&diff[lo], 1ULL);
+    atomicAdd((u64*)&diff[hi], (u64)0 - 1ULL);  // two's complement: subtracts 1
+}
+
+// Infeasible prefixes. Block b weighs bw[b] + (its deltas up to event i) from the move of
+// event i up to (excluding) the move of its next event, or to the end. Every such stretch
+// above lmax adds +1 on [start, end) to the difference array diff (n + 1 entries, zeroed
+// by the caller), as does the stretch before the first event of a block that starts
+// overloaded. cs: inclusive cumsum of sdelta.
+extern "C" __global__ void isr_violations(const i64* __restrict__ skeys,
+                                          const i64* __restrict__ sdelta,
+                                          const i64* __restrict__ cs,
+                                          const i64* __restrict__ seg_start,
+                                          const i64* __restrict__ bw, i64 lmax, i64 n, i64 k,
+                                          i64* __restrict__ diff) {
+    const i64 E = 2 * n;
+    GRID_STRIDE(i, E) {
+        const i64 b = skeys[i] / E;
+        if (b == k) continue;
+        const i64 j = (skeys[i] % E) / 2;
+        const i64 f = seg_start[b];
+        if (i == f && bw[b] > lmax && j > 0) add_interval(diff, 0, j);
+        const i64 weight = bw[b] + (cs[i] - cs[f] + sdelta[f]);
+        if (weight <= lmax) continue;
+        const bool more = i + 1 < E && skeys[i + 1] / E == b;
+        add_interval(diff, j, more ? (skeys[i + 1] % E) / 2 : n);
+    }
+}
+
+// Overloaded blocks without any event make every prefix infeasible.
+extern "C" __global__ void isr_idle_overload(const i64* __restrict__ seg_start,
+                                             const i64* __restrict__ bw, i64 lmax, i64 n, i64 k,
+                                             i64* __restrict__ diff) {
+    GRID_STRIDE(b, k) {
+        if (seg_start[b] < 0 && bw[b] > lmax) add_interval(diff, 0, n);
+    }
+}
+
+// jstar[0] = 1 + the largest move position j with no infeasibility (cnt: inclusive
+// cumsum of diff), 0 when none: an order-independent atomic maximum.
+extern "C" __global__ void isr_last_feasible(const i64* __restrict__ order,
+                                             const unsigned char* __restrict__ sel,
+                                             const i64* __restrict__ cnt, i64 n,
+                                             u64* __restrict__ jstar) {
+    GRID_STRIDE(j, n) {
+        if (sel[order[j]] && cnt[j] == 0) atomicMax(jstar, (u64)(j + 1));
+    }
+}
+
+// Mark the selected prefix for jet.cu's move_delta / commit_moves: target[u] = dest[u].
+extern "C" __global__ void isr_mark_targets(const i64* __restrict__ order,
+                                            const int* __restrict__ dest,
+                                            const u64* __restrict__ jstar, i64 n,
+                                            int* __restrict__ target) {
+    const i64 m = (i64)jstar[0];
+    GRID_STRIDE(j, m) {
+        const i64 u = order[j];
+        target[u] = dest[u];
+    }
+}
