@@ -7,9 +7,9 @@ DESIGN.md section 4) is
    (leaf, twin and relative matching, Jet / mt-metis style) when HEM leaves more
    than a quarter of the vertices unmatched;
 2. coarse vertex ids: :func:`coarse_ids` (prefix scan over pair leaders);
-3. the contraction: :func:`contract` (paper Algorithm 3: per-coarse-vertex hash
-   regions sized by the summed fine degrees, self loops dropped, parallel edges
-   summed), followed by a sort of every coarse row.
+3. the contraction: :func:`contract` (paper Algorithm 3 with a dense slot map in
+   place of the hash regions, self loops dropped, parallel edges summed), whose
+   rows are then sorted by transposing the coarse graph.
 
 :func:`coarsen_once` chains the three.
 
@@ -22,8 +22,10 @@ Conventions
 * ``max_vwgt``: two vertices ``u, v`` are never paired when ``c(u) + c(v) > max_vwgt``
   (``None``: no cap).
 * Determinism: every parallel loop writes only entries owned by its own index and
-  reads state frozen at the start of the loop, so the same input and ``seed`` give
-  bit-identical output for any number of Numba threads.
+  reads state frozen at the start of the loop (the contraction's loops run over
+  chunks of rows, and what a row gets does not depend on the chunking), so the
+  same input and ``seed`` give bit-identical output for any number of Numba
+  threads.
 
 The kernels are written as rounds of per-vertex proposals plus a resolution step
 (what a GPU does), not as a sequential greedy: a CUDA twin can mirror them loop
@@ -45,13 +47,6 @@ HEM_MAX_ROUNDS = 8
 #: Two-hop matching runs its next stage while more than this fraction of the
 #: vertices is unmatched (Jet, GPU-HeiPa: 0.25).
 UNMATCHED_THRESHOLD = 0.25
-
-# Coarse rows whose degree upper bound is at most this small are built as a sorted
-# array (linear search + insertion) instead of a hash table: cheaper for the typical
-# mesh row (bound 8-16, 4-8 distinct neighbours), and the row needs no sort later.
-# Measured on 2 cores: 24 is near the best for grids and spatially ordered rggs;
-# hashing everything (0) is ~10% faster only on graphs with random vertex order.
-_SMALL_ROW = 24
 
 _NO_CAP = np.iinfo(np.int64).max
 
@@ -76,9 +71,10 @@ def _cap(max_vwgt) -> int:
 
 
 # ------------------------------------------------------------------------- HEM
-@nb.njit(parallel=True, cache=True)
-def _hem_propose(xadj, adjncy, adjwgt, avail, cap, seed, active, pref):
-    """pref[u] = best eligible unmatched neighbour of every active u (or -1).
+# error_model="numpy": no ZeroDivisionError test per edge (the divisor is >= 1)
+@nb.njit(parallel=True, cache=True, error_model="numpy")
+def _hem_propose(xadj, adjncy, adjwgt, avail, cap, seed, todo, pref):
+    """pref[u] = best eligible unmatched neighbour of every u in ``todo`` (or -1).
 
     ``avail[v]`` is ``c(v)`` while v is unmatched and -1 once matched: one array
     holds both facts, so each edge costs one random access instead of two (the
@@ -90,17 +86,17 @@ def _hem_propose(xadj, adjncy, adjwgt, avail, cap, seed, active, pref):
     keys form one total order on the edges and the heaviest remaining eligible edge
     is always a mutual proposal -- every round with candidates makes progress.
     """
-    for i in nb.prange(active.size):
-        u = active[i]
-        cu = avail[u]
+    for i in nb.prange(todo.size):
+        u = todo[i]
+        cu = avail[np.uint64(u)]  # unsigned indices: no negative-index wraparound code
         fu = np.float64(max(cu, 1))  # weight-0 vertices rate as weight 1 (no division by 0)
         best = -1
         best_r = -1.0
         best_h = np.uint64(0)
         have_h = False  # hashes only matter for rating ties: computed lazily
-        for e in range(xadj[u], xadj[u + 1]):
+        for e in range(np.uint64(xadj[u]), np.uint64(xadj[u + 1])):
             v = adjncy[e]
-            cv = avail[v]
+            cv = avail[np.uint64(v)]
             if cv < 0 or cu + cv > cap:
                 continue
             w = np.float64(adjwgt[e])  # float: w^2 of a large int64 weight would overflow
@@ -117,25 +113,66 @@ def _hem_propose(xadj, adjncy, adjwgt, avail, cap, seed, active, pref):
                 if h > best_h or (h == best_h and v < best):
                     best = v
                     best_h = h
-        pref[u] = best
+        pref[np.uint64(u)] = best
 
 
-@nb.njit(parallel=True, cache=True)
-def _hem_resolve(active, pref, match, avail):
-    """Handshake: u and pref[u] match iff they prefer each other. Returns #matched.
+@nb.njit(cache=True)
+def _hem_handshake(active, na, pref, match, avail, todo):
+    """Handshake: u and pref[u] match iff they prefer each other; then compact
+    ``active[:na]`` to the vertices that may still match and list in ``todo`` those
+    that must propose again. Returns ``(matched, na, nt)``.
 
-    Reads only ``pref`` (frozen in this loop); each u writes only its own
-    ``match[u]`` and ``avail[u]``, and both endpoints see the same mutual pair.
+    Reads only ``pref`` (frozen in this loop) and writes ``match[u]`` and
+    ``avail[u]`` of the u at hand, so it equals a vertex-parallel handshake
+    followed by a compaction, in one pass. A vertex without an eligible neighbour
+    never gains one (eligibility only shrinks), so it leaves for good. A vertex
+    whose choice v stays unmatched keeps it: the best of a shrinking set that
+    still holds the old best is the old best, so proposing again would give the
+    same ``pref``. v was unmatched when u chose it, so it is taken in this round
+    iff its own choice x chose v back.
     """
-    count = 0
-    for i in nb.prange(active.size):
+    matched = 0
+    k = 0
+    t = 0
+    for i in range(na):
         u = active[i]
         v = pref[u]
-        if v >= 0 and pref[v] == u:
+        if v < 0:
+            continue
+        x = pref[v]
+        if x == u:
             match[u] = v
             avail[u] = -1
-            count += 1
-    return count
+            matched += 1
+            continue
+        active[k] = u
+        k += 1
+        if x >= 0 and pref[x] == v:
+            todo[t] = u
+            t += 1
+    return matched, k, t
+
+
+@nb.njit(cache=True)
+def _hem_rounds(xadj, adjncy, adjwgt, avail, cap, seed, max_rounds, match, pref):
+    """The rounds of :func:`heavy_edge_matching` in one compiled call: no Python
+    work (list compaction, launches) per round."""
+    n = xadj.size - 1
+    active = np.empty(n, dtype=np.int32)
+    na = 0
+    for u in range(n):
+        if xadj[u + 1] > xadj[u]:
+            active[na] = u
+            na += 1
+    todo = active.copy()
+    nt = na
+    for _ in range(max_rounds):
+        if na == 0:
+            break
+        _hem_propose(xadj, adjncy, adjwgt, avail, cap, seed, todo[:nt], pref)
+        matched, na, nt = _hem_handshake(active, na, pref, match, avail, todo)
+        if matched == 0:
+            break
 
 
 def heavy_edge_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0,
@@ -155,18 +192,8 @@ def heavy_edge_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0
     match = np.arange(n, dtype=np.int32)
     pref = np.full(n, -1, dtype=np.int32)
     avail = np.array(vwgt, dtype=np.int64)  # a copy: -1 marks matched vertices
-    cap = _cap(max_vwgt)
-    key = _seed_key(seed)
-    # vertices that may still match; a vertex without an eligible neighbour never
-    # gains one later (eligibility only shrinks), so it leaves the list for good
-    active = np.flatnonzero(np.diff(xadj) > 0).astype(np.int32)
-    for _ in range(max_rounds):
-        if active.size == 0:
-            break
-        _hem_propose(xadj, adjncy, adjwgt, avail, cap, key, active, pref)
-        if _hem_resolve(active, pref, match, avail) == 0:
-            break
-        active = active[(match[active] == active) & (pref[active] >= 0)]
+    _hem_rounds(xadj, adjncy, adjwgt, avail, _cap(max_vwgt), _seed_key(seed), int(max_rounds),
+                match, pref)
     return match
 
 
@@ -340,184 +367,251 @@ def two_hop_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0, *
 
 
 # ------------------------------------------------------------------ coarse ids
+@nb.njit(cache=True)
+def _number_pairs(match, cmap):
+    """One pass in id order: a leader (the smaller endpoint) takes the next number,
+    its partner (met later) copies it. Returns nc, or -1 if ``match`` is not a
+    matching."""
+    n = match.size
+    nc = 0
+    for u in range(n):
+        v = match[u]
+        if v < 0 or v >= n or match[v] != u:
+            return -1
+        if v >= u:
+            cmap[u] = nc
+            nc += 1
+        else:
+            cmap[u] = cmap[v]
+    return nc
+
+
 def coarse_ids(match) -> tuple[np.ndarray, int]:
     """Coarse vertex ids of a matching: ``(cmap int32, nc)``.
 
     Each pair (and each unmatched vertex) is led by its smaller endpoint; leaders
-    are numbered in increasing id order by a prefix scan, and both endpoints take
-    their leader's number. Raises ``ValueError`` if ``match`` is not symmetric.
+    are numbered in increasing id order (a prefix scan over leaders), and both
+    endpoints take their leader's number. Raises ``ValueError`` if ``match`` is
+    not symmetric.
     """
     match = np.asarray(match)
-    n = match.size
-    ids = np.arange(n, dtype=np.int64)
-    if n and (match.min() < 0 or match.max() >= n or not np.array_equal(match[match], ids)):
+    cmap = np.empty(match.size, dtype=np.int32)
+    nc = _number_pairs(match, cmap)
+    if nc < 0:
         raise ValueError("match is not a matching: match[match[u]] != u for some u")
-    leader = match >= ids
-    number = np.cumsum(leader, dtype=np.int64) - 1  # inclusive scan - 1 = exclusive scan at leaders
-    cmap = number[np.minimum(ids, match)].astype(np.int32)
-    return cmap, int(leader.sum())
+    return cmap, int(nc)
 
 
 # ------------------------------------------------------------------ contraction
 @nb.njit(cache=True)
-def _members(cmap, nc):
-    """Fine members of every coarse vertex (counting sort, ids increasing)."""
+def _members(xadj, cmap, nc):
+    """Fine members of every coarse vertex (counting sort, ids increasing), and
+    ``boff``: prefix sums of the coarse degree bounds (Algorithm 3 lines 1-3: a
+    coarse vertex has at most as many neighbours as its members have edges)."""
     mptr = np.zeros(nc + 1, dtype=np.int64)
+    boff = np.zeros(nc + 1, dtype=np.int64)
     for u in range(cmap.size):
-        mptr[cmap[u] + 1] += 1
+        c = cmap[u]
+        mptr[c + 1] += 1
+        boff[c + 1] += xadj[u + 1] - xadj[u]
     for c in range(nc):
         mptr[c + 1] += mptr[c]
+        boff[c + 1] += boff[c]
     fill = mptr[:-1].copy()
     mem = np.empty(cmap.size, dtype=np.int32)
     for u in range(cmap.size):
         c = cmap[u]
         mem[fill[c]] = u
         fill[c] += 1
-    return mptr, mem
+    return mptr, mem, boff
 
 
 @nb.njit(parallel=True, cache=True)
-def _degree_bounds(xadj, vwgt, mptr, mem, bound, cvwgt):
-    """Algorithm 3 lines 1-3: summed fine degrees bound each coarse degree."""
-    for c in nb.prange(mptr.size - 1):
-        b = 0
-        w = 0
-        for i in range(mptr[c], mptr[c + 1]):
-            u = mem[i]
-            b += xadj[u + 1] - xadj[u]
-            w += vwgt[u]
-        bound[c] = b
-        cvwgt[c] = w
+def _gather_rows(xadj, adjncy, adjwgt, vwgt, cmap, mptr, mem, boff, cuts, ckey, cwgt, cdeg,
+                 cvwgt):
+    """Algorithm 3 lines 4-10 with a dense slot map over coarse ids (as METIS
+    contracts) in place of hash regions; rows come out unsorted.
 
+    Parallel over chunks of consecutive coarse vertices: chunk j owns the space
+    from ``boff[cuts[j]]`` (its rows' degree bounds) and packs its rows there one
+    after another. A chunk's ``slot[d]`` is the place of coarse neighbour d in the
+    row being built, -1 if d is not in it yet: the first edge to d claims the next
+    place, later ones add their weight, so parallel edges are summed in member-id /
+    CSR order whatever the chunking.
 
-@nb.njit(parallel=True, cache=True)
-def _hash_insert(xadj, adjncy, adjwgt, cmap, mptr, mem, off, small_row, hkey, hwgt, cdeg):
-    """Algorithm 3 lines 7-10: insert every coarse edge into its row's region.
-
-    Vertex-parallel over coarse vertices: each owns region ``off[c]:off[c+1]``, so
-    no atomics are needed (Numba has no CAS on CPU arrays), and fine members and
-    their edges are visited in id / CSR order, which fixes the summation order of
-    float weights whatever the thread count.
-
-    Regions of at most ``small_row`` slots are kept as a sorted array at the front
-    of the region (linear search from the back plus insertion shift): for mesh-like
-    rows (4-16 distinct neighbours) this beats hashing and leaves nothing to sort.
-    Larger regions are open-addressing hash tables with linear probing keyed by the
-    coarse neighbour id (empty slot = -1), sorted on extraction.
+    Indices are cast to unsigned: Numba then omits its negative-index wraparound
+    (a quarter of this loop's time).
     """
-    for c in nb.prange(mptr.size - 1):
-        lo = off[c]
-        size = off[c + 1] - lo
-        k = 0
-        for i in range(mptr[c], mptr[c + 1]):
-            u = mem[i]
-            for e in range(xadj[u], xadj[u + 1]):
-                d = cmap[adjncy[e]]
-                if d == c:
-                    continue  # internal edge: a self loop of the coarse graph, dropped
-                if size <= small_row:
-                    j = lo + k - 1
-                    while j >= lo and hkey[j] > d:
-                        j -= 1
-                    if j >= lo and hkey[j] == d:
-                        hwgt[j] += adjwgt[e]
-                    else:
-                        for t in range(lo + k, j + 1, -1):
-                            hkey[t] = hkey[t - 1]
-                            hwgt[t] = hwgt[t - 1]
-                        hkey[j + 1] = d
-                        hwgt[j + 1] = adjwgt[e]
-                        k += 1
-                else:
-                    # multiplicative hash, mapped onto the region by a multiply-shift
-                    # (no division): slot = (h * size) >> 32 with h < 2^32
-                    h = (np.uint64(d) * np.uint64(0x9E3779B1)) & np.uint64(0xFFFFFFFF)
-                    j = lo + np.int64((h * np.uint64(size)) >> np.uint64(32))
-                    while hkey[j] != -1 and hkey[j] != d:
-                        j += 1
-                        if j == lo + size:
-                            j = lo
-                    if hkey[j] == -1:
-                        hkey[j] = d
-                        hwgt[j] = adjwgt[e]
-                        k += 1
-                    else:
-                        hwgt[j] += adjwgt[e]
-        cdeg[c] = k
+    nc = mptr.size - 1
+    for j in nb.prange(cuts.size - 1):
+        slot = np.full(nc, -1, dtype=np.int32)
+        pos = np.uint64(boff[cuts[j]])
+        for c in range(cuts[j], cuts[j + 1]):
+            start = pos
+            vw = 0
+            for i in range(mptr[c], mptr[c + 1]):
+                u = np.uint64(mem[i])
+                vw += vwgt[u]
+                for e in range(np.uint64(xadj[u]), np.uint64(xadj[u + np.uint64(1)])):
+                    d = np.uint64(cmap[np.uint64(adjncy[e])])
+                    if d == c:
+                        continue  # internal edge: a self loop of the coarse graph, dropped
+                    # branch-free (selects): new and known neighbours alternate
+                    # unpredictably (rgg: a branch costs a quarter more; grids: even)
+                    s = slot[d]
+                    new = s < 0
+                    at = pos if new else start + np.uint64(s)
+                    w = adjwgt[e]
+                    summed = cwgt[at] + w  # at == pos reads an unused place: discarded
+                    cwgt[at] = w if new else summed
+                    ckey[at] = d
+                    slot[d] = np.int32(at - start)
+                    pos += np.uint64(new)
+            for t in range(start, pos):
+                slot[np.uint64(ckey[t])] = -1  # cheaper than clearing all nc entries per row
+            cdeg[c] = pos - start
+            cvwgt[c] = vw
 
 
 @nb.njit(parallel=True, cache=True)
-def _extract_rows(off, small_row, hkey, hwgt, cxadj, cadjncy, cadjwgt):
-    """Algorithm 3 line 11 plus a sort: copy each region's occupied slots to the
-    coarse CSR, rows sorted by neighbour id (canonical, deterministic output)."""
-    for c in nb.prange(cxadj.size - 1):
-        lo = cxadj[c]
-        hi = cxadj[c + 1]
-        if off[c + 1] - off[c] <= small_row:
-            # already sorted at the front of the region
-            for t in range(hi - lo):
-                cadjncy[lo + t] = hkey[off[c] + t]
-                cadjwgt[lo + t] = hwgt[off[c] + t]
-            continue
-        out = lo
-        for j in range(off[c], off[c + 1]):
-            if hkey[j] != -1:
-                cadjncy[out] = hkey[j]
-                cadjwgt[out] = hwgt[j]
-                out += 1
-        if hi - lo <= 32:
-            # insertion sort: a short row
-            for a in range(lo + 1, hi):
-                key = cadjncy[a]
-                wk = cadjwgt[a]
-                b = a - 1
-                while b >= lo and cadjncy[b] > key:
-                    cadjncy[b + 1] = cadjncy[b]
-                    cadjwgt[b + 1] = cadjwgt[b]
-                    b -= 1
-                cadjncy[b + 1] = key
-                cadjwgt[b + 1] = wk
-        else:
-            perm = np.argsort(cadjncy[lo:hi])  # keys are distinct: any sort is canonical
-            keys = cadjncy[lo:hi][perm]
-            wts = cadjwgt[lo:hi][perm]
-            cadjncy[lo:hi] = keys
-            cadjwgt[lo:hi] = wts
+def _chunk_fill(boff, cuts, cdeg, ckey, cxadj):
+    """fill[j, d]: where chunk j's first entry of row d goes in the transposition
+    (row start plus the entries that earlier chunks send to row d)."""
+    nc = cdeg.size
+    fill = np.zeros((cuts.size - 1, nc), dtype=np.int64)
+    for j in nb.prange(cuts.size - 1):
+        p = np.uint64(boff[cuts[j]])
+        for c in range(cuts[j], cuts[j + 1]):
+            for _ in range(cdeg[c]):
+                fill[j, np.uint64(ckey[p])] += 1
+                p += np.uint64(1)
+    for d in nb.prange(nc):
+        run = cxadj[d]
+        for j in range(cuts.size - 1):
+            k = fill[j, d]
+            fill[j, d] = run
+            run += k
+    return fill
 
 
-def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int, *, small_row: int = _SMALL_ROW):
+@nb.njit(parallel=True, cache=True)
+def _transpose_rows(boff, cuts, cdeg, ckey, cwgt, fill, cadjncy, cadjwgt):
+    """Write every coarse edge (c, d, w) as entry c of row d. Sources are visited
+    in increasing c, so every row comes out sorted; the graph is symmetric, so the
+    transpose is the coarse graph itself. Returns the number of entries dropped
+    because they would land past the end (only a non-symmetric input has any)."""
+    mc = cadjncy.size
+    lost = 0
+    for j in nb.prange(cuts.size - 1):
+        p = np.uint64(boff[cuts[j]])
+        for c in range(cuts[j], cuts[j + 1]):
+            for _ in range(cdeg[c]):
+                d = np.uint64(ckey[p])
+                q = np.uint64(fill[j, d])
+                if q < mc:
+                    fill[j, d] = q + np.uint64(1)
+                    cadjncy[q] = c
+                    cadjwgt[q] = cwgt[p]
+                else:
+                    lost += 1
+                p += np.uint64(1)
+    return lost
+
+
+def _chunk_cuts(boff, chunks: int) -> np.ndarray:
+    """Split the coarse ids into ``chunks`` ranges of about equal degree-bound sums."""
+    nc = boff.size - 1
+    cuts = np.minimum(np.searchsorted(boff, boff[-1] * np.arange(chunks + 1) // chunks), nc)
+    cuts[0] = 0
+    cuts[-1] = nc
+    return cuts
+
+
+def _chunks(nc: int, entries: int) -> int:
+    # every chunk holds a slot array and a fill row over all nc coarse ids: no
+    # more chunks than threads, nor (in memory) than the fine graph is large
+    return max(1, min(nb.get_num_threads(), entries // max(nc, 1)))
+
+
+def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
     """Contract the graph along ``cmap`` (fine vertex -> coarse id in ``0..nc-1``).
 
-    Paper Algorithm 3: bound every coarse degree by the sum of its members' fine
-    degrees, give every coarse vertex a region of that size, insert each coarse
-    edge ``(cmap[u], cmap[v], w)`` into ``cmap[u]``'s region (hash with linear
-    probing), drop edges inside a coarse vertex (self loops), sum parallel edges;
-    then compact and sort every row by neighbour id.
+    Paper Algorithm 3 with a dense slot map in place of its hash regions: bound
+    every coarse degree by the sum of its members' fine degrees, build every coarse
+    row from its members' edges ``(cmap[u], cmap[v], w)`` in member-id and CSR
+    order, dropping edges inside a coarse vertex (self loops) and summing parallel
+    edges; then transpose the rows (a counting sort by neighbour), which sorts
+    them without comparisons.
 
-    ``cmap`` may come from any clustering, not only a matching. ``small_row``
-    (tuning only, the output does not depend on it): regions up to this size are
-    sorted arrays instead of hash tables. Returns
+    ``cmap`` may come from any clustering, not only a matching. The graph must be
+    symmetric, which the transposition relies on (a ``ValueError`` where coarse in-
+    and out-degrees differ; other asymmetric inputs come out transposed). Returns
     ``(cxadj int64, cadjncy int32, cadjwgt adjwgt.dtype, cvwgt int64)``: a symmetric
     CSR with sorted rows, no self loops; coarse vertex weights are summed.
+
+    Float weights: entry ``(d, c)`` holds the weight summed for ``(c, d)`` (members
+    of ``c`` by id, their edges in CSR order). A fixed order, so the output is
+    bit-identical for any number of threads, but in the last bits it may differ
+    from summing the same fine edges from ``d``'s side.
     """
     cmap = np.asarray(cmap, dtype=np.int32)
     nc = int(nc)
-    mptr, mem = _members(cmap, nc)
-    bound = np.empty(nc, dtype=np.int64)
-    cvwgt = np.empty(nc, dtype=np.int64)
-    _degree_bounds(xadj, vwgt, mptr, mem, bound, cvwgt)
-    off = np.zeros(nc + 1, dtype=np.int64)
-    np.cumsum(bound, out=off[1:])
-    hkey = np.full(off[-1], -1, dtype=np.int32)
-    hwgt = np.empty(off[-1], dtype=adjwgt.dtype)
+    mptr, mem, boff = _members(xadj, cmap, nc)
+    cuts = _chunk_cuts(boff, _chunks(nc, adjncy.size))
+    ckey = np.empty(boff[-1], dtype=np.int32)
+    cwgt = np.empty(boff[-1], dtype=adjwgt.dtype)
     cdeg = np.empty(nc, dtype=np.int64)
-    _hash_insert(xadj, adjncy, adjwgt, cmap, mptr, mem, off, small_row, hkey, hwgt, cdeg)
+    cvwgt = np.empty(nc, dtype=np.int64)
+    _gather_rows(xadj, adjncy, adjwgt, vwgt, cmap, mptr, mem, boff, cuts, ckey, cwgt, cdeg, cvwgt)
     cxadj = np.zeros(nc + 1, dtype=np.int64)
     np.cumsum(cdeg, out=cxadj[1:])
+    if cuts.size == 2:
+        fill = cxadj[:-1].reshape(1, nc).copy()  # one chunk sends row d all its entries
+    else:
+        fill = _chunk_fill(boff, cuts, cdeg, ckey, cxadj)
     cadjncy = np.empty(cxadj[-1], dtype=np.int32)
     cadjwgt = np.empty(cxadj[-1], dtype=adjwgt.dtype)
-    _extract_rows(off, small_row, hkey, hwgt, cxadj, cadjncy, cadjwgt)
+    lost = _transpose_rows(boff, cuts, cdeg, ckey, cwgt, fill, cadjncy, cadjwgt)
+    if lost or not np.array_equal(fill[-1], cxadj[1:]):
+        raise ValueError("contract needs a symmetric graph (some row has no reverse edge)")
     return cxadj, cadjncy, cadjwgt, cvwgt
+
+
+# ------------------------------------------------------- V-cycle edge filter
+@nb.njit(parallel=True, cache=True)
+def _count_internal(xadj, adjncy, part, nxadj):
+    for u in nb.prange(xadj.size - 1):
+        pu = part[u]
+        k = 0
+        for e in range(np.uint64(xadj[u]), np.uint64(xadj[u + 1])):
+            k += part[np.uint64(adjncy[e])] == pu
+        nxadj[u + 1] = k
+
+
+@nb.njit(parallel=True, cache=True)
+def _copy_internal(xadj, adjncy, adjwgt, part, nxadj, nadjncy, nadjwgt):
+    for u in nb.prange(xadj.size - 1):
+        pu = part[u]
+        q = np.uint64(nxadj[u])
+        for e in range(np.uint64(xadj[u]), np.uint64(xadj[u + 1])):
+            v = adjncy[e]
+            if part[np.uint64(v)] == pu:
+                nadjncy[q] = v
+                nadjwgt[q] = adjwgt[e]
+                q += np.uint64(1)
+
+
+def internal_edges(xadj, adjncy, adjwgt, part):
+    """The CSR without the edges between different blocks of ``part``:
+    ``(xadj int64, adjncy, adjwgt)``, the last two of their input dtypes."""
+    n = xadj.size - 1
+    nxadj = np.zeros(n + 1, dtype=np.int64)
+    _count_internal(xadj, adjncy, part, nxadj)
+    np.cumsum(nxadj, out=nxadj)
+    nadjncy = np.empty(nxadj[-1], dtype=adjncy.dtype)
+    nadjwgt = np.empty(nxadj[-1], dtype=adjwgt.dtype)
+    _copy_internal(xadj, adjncy, adjwgt, part, nxadj, nadjncy, nadjwgt)
+    return nxadj, nadjncy, nadjwgt
 
 
 def coarsen_once(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0):

@@ -234,9 +234,8 @@ def test_coarse_ids_numbering():
 def test_contract_matches_scipy_reference(float_weights):
     g = random_graph(500, 2500, 3, float_weights=float_weights, max_vw=5)
     cmap, nc = cc.coarse_ids(cc.two_hop_matching(*arrays(g), None, 0))
-    for small_row in (0, 24, 10**9):  # pure hash regions, mixed, pure sorted arrays
-        assert_equals_reference(g, cmap, nc, cc.contract(*arrays(g), cmap, nc, small_row=small_row))
-    # a general clustering (large clusters: long rows, the hash path and argsort)
+    assert_equals_reference(g, cmap, nc, cc.contract(*arrays(g), cmap, nc))
+    # a general clustering (large clusters: long rows)
     clustering = np.random.default_rng(1).integers(0, 20, g.n).astype(np.int32)
     assert_equals_reference(g, clustering, 20, cc.contract(*arrays(g), clustering, 20))
 
@@ -272,3 +271,166 @@ def test_grid_shrinks_every_level():
         assert cvwgt.size <= 0.6 * g.n, f"level {level}: {g.n} -> {cvwgt.size}"
         assert_equals_reference(g, cmap, cvwgt.size, (cxadj, cadjncy, cadjwgt, cvwgt))
         g = CommGraph(cxadj, cadjncy, cadjwgt, cvwgt)
+
+
+# ------------------------------------------- references for the fast paths
+def reference_hem(g: CommGraph, max_vwgt, seed, max_rounds):
+    """HEM as specified, plainly: every round every unmatched vertex with an
+    eligible neighbour scans all its edges again, then mutual choices match."""
+    n = g.n
+    cap = cc._cap(max_vwgt)
+    key = cc._seed_key(seed)
+    match = np.arange(n)
+    avail = g.vwgt.astype(np.int64).tolist()  # -1 once matched
+    active = [u for u in range(n) if g.xadj[u + 1] > g.xadj[u]]
+    pref = [-1] * n
+    for _ in range(max_rounds):
+        if not active:
+            break
+        for u in active:
+            best, best_key = -1, None
+            for e in range(g.xadj[u], g.xadj[u + 1]):
+                v = int(g.adjncy[e])
+                if avail[v] < 0 or avail[u] + avail[v] > cap:
+                    continue
+                w = float(g.adjwgt[e])
+                r = w * w / (float(max(avail[u], 1)) * float(max(avail[v], 1)))
+                k = (r, int(cc._edge_hash(u, v, key)), -v)
+                if best_key is None or k > best_key:
+                    best, best_key = v, k
+            pref[u] = best
+        mutual = [u for u in active if pref[u] >= 0 and pref[pref[u]] == u]
+        if not mutual:
+            break
+        for u in mutual:
+            match[u] = pref[u]
+            avail[u] = -1
+        active = [u for u in active if match[u] == u and pref[u] >= 0]
+    return match.astype(np.int32)
+
+
+def ordered_contraction(g: CommGraph, cmap, nc):
+    """Contraction summed in the documented order: coarse edge (c, d) adds its fine
+    edges member by member (ids increasing), each member's edges in CSR order;
+    entry (d, c) of the result holds that sum."""
+    members = [[] for _ in range(nc)]
+    for u in range(g.n):
+        members[cmap[u]].append(u)
+    rows = [dict() for _ in range(nc)]
+    for c in range(nc):
+        sums = {}
+        for u in members[c]:
+            for e in range(g.xadj[u], g.xadj[u + 1]):
+                d = int(cmap[g.adjncy[e]])
+                if d != c:
+                    w = g.adjwgt[e].item()
+                    sums[d] = sums[d] + w if d in sums else w
+        for d, w in sums.items():
+            rows[d][c] = w
+    cxadj = np.zeros(nc + 1, dtype=np.int64)
+    cxadj[1:] = np.cumsum([len(r) for r in rows])
+    cadjncy = np.array([c for r in rows for c in sorted(r)], dtype=np.int32)
+    cadjwgt = np.array([r[c] for r in rows for c in sorted(r)], dtype=g.adjwgt.dtype)
+    cvwgt = np.bincount(cmap, weights=g.vwgt, minlength=nc).astype(np.int64)
+    return cxadj, cadjncy, cadjwgt, cvwgt
+
+
+def numpy_internal_edges(xadj, adjncy, adjwgt, part):
+    src = np.repeat(np.arange(xadj.size - 1), np.diff(xadj))
+    keep = part[src] == part[adjncy]
+    kept = np.zeros(adjncy.size + 1, dtype=np.int64)
+    np.cumsum(keep, out=kept[1:])
+    return kept[xadj], adjncy[keep], adjwgt[keep]
+
+
+def assert_identical(got, want):
+    assert len(got) == len(want)
+    for x, y in zip(got, want):
+        assert x.dtype == y.dtype and np.array_equal(x, y)  # bit for bit, floats too
+
+
+# ---------------------------------------------------- HEM against reference
+@pytest.mark.parametrize("float_weights", [False, True])
+@pytest.mark.parametrize("max_rounds", [0, 1, 2, 3, cc.HEM_MAX_ROUNDS, 30])
+def test_hem_equals_plain_rounds(float_weights, max_rounds):
+    # the fast HEM re-scans only vertices whose choice was taken; the matching
+    # must still be the one of full rounds, round limit and caps included
+    for seed in range(3):
+        g = random_graph(250, 700, seed, float_weights=float_weights, max_vw=4)
+        g = CommGraph(g.xadj, g.adjncy, g.adjwgt,
+                      np.random.default_rng(seed).integers(0, 4, g.n).astype(np.int64))  # weight 0 too
+        for cap in (None, 4, 6):
+            want = reference_hem(g, cap, seed, max_rounds)
+            assert np.array_equal(cc.heavy_edge_matching(*arrays(g), cap, seed, max_rounds), want)
+
+
+def test_hem_equals_plain_rounds_on_ties():
+    # unit weights: every choice is decided by the hash, many rounds have work
+    g = grid_graph((23, 19))
+    for seed in range(4):
+        want = reference_hem(g, None, seed, cc.HEM_MAX_ROUNDS)
+        assert np.array_equal(cc.heavy_edge_matching(*arrays(g), None, seed), want)
+
+
+# ------------------------------------------------- coarse ids, contraction
+def test_coarse_ids_against_scan():
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 57, 400):
+        perm = rng.permutation(n)
+        k = n // 3
+        match = np.arange(n)
+        match[perm[:k]], match[perm[k:2 * k]] = perm[k:2 * k], perm[:k]
+        for dtype in (np.int32, np.int64):
+            cmap, nc = cc.coarse_ids(match.astype(dtype))
+            leader = match >= np.arange(n)
+            want = (np.cumsum(leader) - 1)[np.minimum(np.arange(n), match)]
+            assert nc == leader.sum() and cmap.dtype == np.int32
+            assert np.array_equal(cmap, want)
+
+
+@pytest.mark.parametrize("float_weights", [False, True])
+@pytest.mark.parametrize("chunks", [1, 2, 3, 7])
+def test_contract_equals_ordered_reference(monkeypatch, float_weights, chunks):
+    # chunks stand in for threads: the result must not depend on them, floats included
+    monkeypatch.setattr(cc, "_chunks", lambda nc, entries: chunks)
+    g = random_graph(300, 1500, 9, float_weights=float_weights, max_vw=3)
+    cmap, nc = cc.coarse_ids(cc.two_hop_matching(*arrays(g), None, 1))
+    rng = np.random.default_rng(2)
+    clusterings = [(cmap, nc),
+                   (rng.integers(0, 25, g.n).astype(np.int32), 27),  # two empty coarse vertices
+                   (rng.integers(0, 2, g.n).astype(np.int32), 2),  # two long rows
+                   (np.zeros(g.n, dtype=np.int32), 1)]  # everything internal
+    for cm, k in clusterings:
+        out = cc.contract(*arrays(g), cm, k)
+        assert_identical(out, ordered_contraction(g, cm, k))
+        assert_equals_reference(g, cm, k, out)
+
+
+def test_contract_of_empty_and_edgeless_graphs():
+    g = CommGraph.from_edges([], [], n=5)
+    out = cc.contract(*arrays(g), np.array([0, 0, 1, 2, 2], dtype=np.int32), 3)
+    assert_identical(out, (np.zeros(4, dtype=np.int64), np.zeros(0, dtype=np.int32),
+                           np.zeros(0, dtype=g.adjwgt.dtype), np.array([2, 1, 2])))
+
+
+def test_contract_rejects_asymmetric_graph():
+    # 0 -> 1, 0 -> 2 and 3 -> 2 without reverse edges (and 1 <-> 3 to make rows)
+    xadj = np.array([0, 2, 3, 3, 5], dtype=np.int64)
+    adjncy = np.array([1, 2, 3, 2, 1], dtype=np.int32)
+    adjwgt = np.ones(5, dtype=np.int64)
+    vwgt = np.ones(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="symmetric"):
+        cc.contract(xadj, adjncy, adjwgt, vwgt, np.arange(4, dtype=np.int32), 4)
+
+
+# ------------------------------------------------------------ edge filter
+@pytest.mark.parametrize("float_weights", [False, True])
+def test_internal_edges_equals_numpy(float_weights):
+    from procmap.engines.multilevel import _internal_edges
+    g = random_graph(500, 3000, 6, float_weights=float_weights)
+    rng = np.random.default_rng(0)
+    for blocks in (1, 2, 9, g.n):
+        part = rng.integers(0, blocks, g.n).astype(np.int32)
+        want = numpy_internal_edges(g.xadj, g.adjncy, g.adjwgt, part)
+        assert_identical(cc.internal_edges(g.xadj, g.adjncy, g.adjwgt, part), want)
+        assert_identical(_internal_edges(g.xadj, g.adjncy, g.adjwgt, part), want)
