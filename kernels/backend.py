@@ -44,6 +44,8 @@ class Backend:
     extract_subgraphs: Callable
     level_traffic: Callable
     upload_graph: Callable  # (xadj, adjncy, adjwgt, vwgt) -> the same on this device
+    cluster_ids: Callable   # G-kway union-find coarsening (--coarsening unionfind)
+    isr_refine: Callable    # G-kway independent-set refinement (--refinement isr)
 
     def asarray(self, a, dtype=None):
         """``a`` on this backend's device (no copy when it is already there)."""
@@ -69,18 +71,20 @@ def to_host(a):
 
 @functools.lru_cache(maxsize=None)
 def cpu() -> Backend:
-    from . import coarsen_cpu, jet_cpu, objective_cpu, subgraph_cpu
+    from . import coarsen_cpu, isr_cpu, jet_cpu, objective_cpu, subgraph_cpu, unionfind_cpu
     return Backend("cpu", np, coarsen_cpu.two_hop_matching, coarsen_cpu.coarse_ids,
                    coarsen_cpu.contract, jet_cpu.jet_refine, jet_cpu.block_weights, jet_cpu.cost,
                    subgraph_cpu.extract_subgraphs, objective_cpu.level_traffic,
-                   lambda *arrays: tuple(to_host(a) for a in arrays))
+                   lambda *arrays: tuple(to_host(a) for a in arrays),
+                   unionfind_cpu.cluster_ids, isr_cpu.isr_refine)
 
 
 @functools.lru_cache(maxsize=None)
 def gpu() -> Backend:
     import cupy
 
-    from . import coarsen_gpu, gpu_common, jet_gpu, objective_gpu, subgraph_gpu
+    from . import (coarsen_gpu, gpu_common, isr_gpu, jet_gpu, objective_gpu, subgraph_gpu,
+                   unionfind_gpu)
 
     def upload_graph(*arrays):
         if any(is_device_array(a) for a in arrays):
@@ -89,7 +93,8 @@ def gpu() -> Backend:
 
     return Backend("gpu", cupy, coarsen_gpu.two_hop_matching, coarsen_gpu.coarse_ids,
                    coarsen_gpu.contract, jet_gpu.jet_refine, jet_gpu.block_weights, jet_gpu.cost,
-                   subgraph_gpu.extract_subgraphs, objective_gpu.level_traffic, upload_graph)
+                   subgraph_gpu.extract_subgraphs, objective_gpu.level_traffic, upload_graph,
+                   unionfind_gpu.cluster_ids, isr_gpu.isr_refine)
 
 
 def of(a) -> Backend:

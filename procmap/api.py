@@ -10,6 +10,7 @@ import numpy as np
 from . import baselines
 from .engines.hm import hierarchical_multisection
 from .engines.im import integrated_mapping
+from .engines.multilevel import COARSENINGS, REFINEMENTS
 from .engines.splitters import jet_splitter
 from .errors import CapacityError, DeviceError, InputError, TopologyError
 from .graph import CommGraph
@@ -38,8 +39,8 @@ def _check_inputs(graph: CommGraph, topology, engine: str, eps: float) -> None:
 
 
 def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 0.03,
-              seed: int = 0, device: str = "auto",
-              progress: ProgressFn | None = None) -> Mapping:
+              seed: int = 0, device: str = "auto", coarsening: str = "hem",
+              refinement: str = "jet", progress: ProgressFn | None = None) -> Mapping:
     """Map the tasks of ``graph`` onto the PEs of ``topology``, minimising J.
 
     Parameters
@@ -57,6 +58,10 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
         the GPU, subgraphs below ``kernels.backend.GPU_MIN_VERTICES`` vertices and rank
         placement run on the CPU. Out of GPU memory, ``"auto"`` warns and reruns on the
         CPU; ``"gpu"`` raises :class:`~procmap.errors.DeviceError`.
+    coarsening : ``"hem"`` (heavy-edge and two-hop matching, the default) or
+        ``"unionfind"`` (G-kway's union-find clustering).
+    refinement : ``"jet"`` (Jet label propagation, the default) or ``"isr"`` (G-kway's
+        independent-set refinement); FM follows either on levels refined on the CPU.
     progress : optional callback ``progress(phase, detail)``.
 
     Two modes (DESIGN.md section 2): with ``n <= slots`` (rank placement) no PE gets
@@ -66,6 +71,13 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
     mapping) every usable PE receives at most ``L_max`` task weight.
     """
     _check_inputs(graph, topology, engine, eps)
+    if coarsening not in COARSENINGS:
+        raise InputError(f"unknown coarsening {coarsening!r} "
+                         f"(choose from {', '.join(COARSENINGS)})")
+    if refinement not in REFINEMENTS:
+        raise InputError(f"unknown refinement {refinement!r} "
+                         f"(choose from {', '.join(REFINEMENTS)})")
+    schemes = (coarsening, refinement)
     try:
         concrete = backend.resolve_device(device, graph.adjncy.size)
     except ValueError as exc:
@@ -73,7 +85,7 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
     except RuntimeError as exc:
         raise DeviceError(str(exc)) from None
     try:
-        return _map(graph, topology, engine, eps, seed, concrete, progress)
+        return _map(graph, topology, engine, eps, seed, concrete, progress, schemes)
     except Exception as exc:
         if not _out_of_gpu_memory(exc):
             raise
@@ -82,7 +94,7 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
                 from None
         warnings.warn("out of GPU memory: mapping on the CPU instead", RuntimeWarning,
                       stacklevel=2)
-        return _map(graph, topology, engine, eps, seed, "cpu", progress)
+        return _map(graph, topology, engine, eps, seed, "cpu", progress, schemes)
 
 
 def _out_of_gpu_memory(exc: BaseException) -> bool:
@@ -91,16 +103,20 @@ def _out_of_gpu_memory(exc: BaseException) -> bool:
             and type(exc).__module__.startswith("cupy"))
 
 
-def _map(graph, topology, engine, eps, seed, device, progress) -> Mapping:
-    """:func:`map_tasks` on the concrete ``device`` ("cpu" or "gpu")."""
+def _map(graph, topology, engine, eps, seed, device, progress, schemes) -> Mapping:
+    """:func:`map_tasks` on the concrete ``device`` ("cpu" or "gpu"); ``schemes`` is
+    ``(coarsening, refinement)``."""
+    coarsening, refinement = schemes
     seconds: dict[str, float] = {}
     t_start = time.perf_counter()
     levels = topology.levels
     caps = topology.capacities
     if is_rank_placement(graph, topology):
-        # at most a few thousand tasks: the host is faster than any kernel launch
-        device = "cpu"
-        pes, used = _rank_placement(graph, topology, engine, seed, seconds, progress)
+        # usually a few thousand tasks: the host is faster than any kernel launch
+        if graph.n < backend.GPU_MIN_VERTICES:
+            device = "cpu"
+        pes, used = _rank_placement(graph, topology, engine, seed, seconds, progress, device,
+                                    schemes)
     else:
         k_usable = int(np.count_nonzero(caps))
         lmax = max_block_weight(graph.total_vertex_weight, k_usable, eps)
@@ -117,12 +133,15 @@ def _map(graph, topology, engine, eps, seed, device, progress) -> Mapping:
         if used == "im":
             pes = integrated_mapping(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt, levels,
                                      topology.distances, lmax, eps, seed, share, seconds, progress,
-                                     device=device)
+                                     device=device, coarsening=coarsening,
+                                     refinement=refinement)
         else:
             t0 = time.perf_counter()
             pes = hierarchical_multisection(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt,
                                             levels, share, eps, seed,
-                                            jet_splitter(ultra=used == "hm-ultra"),
+                                            jet_splitter(ultra=used == "hm-ultra",
+                                                         coarsening=coarsening,
+                                                         refinement=refinement),
                                             progress=_count_progress(progress, "multisection"),
                                             device=device)
             seconds["multisection"] = time.perf_counter() - t0
@@ -145,8 +164,23 @@ PLACEMENT_MULTISTART_N = 10_000
 PLACEMENT_STARTS = 4
 
 
-def _rank_placement(graph, topology, engine, seed, seconds, progress):
-    """n <= slots: exact capacities in every split, then swaps; never worse than block."""
+def _swap_on_gpu(xadj, adjncy, adjwgt, pe, cap, prefix, dist) -> float:
+    """:func:`swap_refine` on the GPU (parallel rounds); ``pe`` is a host array."""
+    from .kernels import swap_gpu
+    on_device = backend.gpu().asarray(pe, np.int32)
+    gain = swap_gpu.swap_refine(xadj, adjncy, adjwgt, on_device, cap, prefix, dist)
+    pe[:] = backend.to_host(on_device)
+    return gain
+
+
+def _rank_placement(graph, topology, engine, seed, seconds, progress, device, schemes):
+    """n <= slots: exact capacities in every split, then swaps; never worse than block.
+
+    On the GPU (``device="gpu"``, large task counts only) the multisection runs there
+    and the swaps are the parallel rounds of :mod:`procmap.kernels.swap_gpu`.
+    """
+    coarsening, refinement = schemes
+    swap = swap_refine if device == "cpu" else _swap_on_gpu
     caps = topology.capacities
     levels = topology.levels
     prefix = topology.prefix_sizes
@@ -160,9 +194,12 @@ def _rank_placement(graph, topology, engine, seed, seconds, progress):
         t0 = time.perf_counter()
         pes = hierarchical_multisection(graph.xadj, graph.adjncy, graph.adjwgt, unit, levels,
                                         caps.astype(np.float64), 0.0, seed + 1009 * attempt,
-                                        jet_splitter(ultra=used == "hm-ultra"), caps=caps)
+                                        jet_splitter(ultra=used == "hm-ultra",
+                                                     coarsening=coarsening,
+                                                     refinement=refinement),
+                                        caps=caps, device=device)
         t1 = time.perf_counter()
-        swap_refine(graph.xadj, graph.adjncy, graph.adjwgt, pes, caps, prefix, dist)
+        swap(graph.xadj, graph.adjncy, graph.adjwgt, pes, caps, prefix, dist)
         t_swap += time.perf_counter() - t1
         t_hm += t1 - t0
         candidates.append((evaluate(graph, topology, pes).J, attempt, pes, used))
@@ -170,7 +207,7 @@ def _rank_placement(graph, topology, engine, seed, seconds, progress):
         progress("multisection + swaps", f"{graph.n} tasks on {topology.k} PEs, {starts} start(s)")
     t0 = time.perf_counter()
     block = baselines.block(graph.n, topology)
-    swap_refine(graph.xadj, graph.adjncy, graph.adjwgt, block, caps, prefix, dist)
+    swap(graph.xadj, graph.adjncy, graph.adjwgt, block, caps, prefix, dist)
     t_swap += time.perf_counter() - t0
     candidates.append((evaluate(graph, topology, block).J, starts, block, "block+swaps"))
     seconds["multisection"] = t_hm

@@ -159,7 +159,8 @@ def _cmd_map(args) -> int:
         raise CapacityError(f"{graph.n} tasks but only {topo.total_slots} slots "
                             f"({topo.k} PEs x {args.slots}); rank placement needs tasks <= slots")
     mapping = map_tasks(graph, topo, engine=args.engine, eps=args.imbalance, seed=args.seed,
-                        device=args.device, progress=progress)
+                        device=args.device, coarsening=args.coarsening,
+                        refinement=args.refinement, progress=progress)
     ev = mapping.evaluation
     block = evaluate(graph, topo, baselines.block(graph.n, topo), eps=args.imbalance)
     gain = (1.0 - ev.J / block.J) if block.J else 0.0
@@ -272,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_eval)
 
     from .api import ENGINES
+    from .engines.multilevel import COARSENINGS, REFINEMENTS
     p = sub.add_parser("map", help="compute a mapping that minimises J",
                        description="Map the tasks of a communication graph onto a hierarchical "
                                    "machine. With at most as many tasks as slots this is rank "
@@ -290,6 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0,
                    help="random seed (same seed and device, same mapping)")
     add_device_arg(p)
+    p.add_argument("--coarsening", choices=COARSENINGS, default="hem",
+                   help="hem (default): heavy-edge and two-hop matching; unionfind: G-kway's "
+                        "union-find clustering (fewer, coarser levels)")
+    p.add_argument("--refinement", choices=REFINEMENTS, default="jet",
+                   help="jet (default): Jet label propagation; isr: G-kway's independent-set "
+                        "refinement (cheaper, lower quality)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the mapping: one PE id per line")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")

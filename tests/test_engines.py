@@ -170,3 +170,41 @@ def test_bad_requests():
         map_tasks(heavy, DistanceMatrix.from_hierarchy(h))
     with pytest.raises(InputError, match="engine"):
         map_tasks(heavy, h, engine="magic")
+
+
+@pytest.mark.parametrize("engine", ["hm", "im"])
+@pytest.mark.parametrize("schemes", [("unionfind", "jet"), ("hem", "isr"), ("unionfind", "isr")])
+def test_gkway_schemes_give_valid_deterministic_mappings(engine, schemes):
+    """--coarsening unionfind / --refinement isr: valid, deterministic, and a real
+    mapping (clearly better than a random placement)."""
+    coarsening, refinement = schemes
+    g = grid_graph((150, 150))  # large enough that union-find levels are used
+    h = Hierarchy.parse("2:4:3", "1:10:100")
+    a = map_tasks(g, h, engine=engine, seed=5, device="cpu", coarsening=coarsening,
+                  refinement=refinement)
+    b = map_tasks(g, h, engine=engine, seed=5, device="cpu", coarsening=coarsening,
+                  refinement=refinement)
+    np.testing.assert_array_equal(a.pes, b.pes)
+    assert a.evaluation.valid
+    assert a.J < 0.5 * evaluate(g, h, baselines.random(g.n, h, seed=1)).J
+
+
+def test_unknown_schemes_are_input_errors():
+    g = grid_graph((10, 10))
+    h = Hierarchy.parse("2:2")
+    with pytest.raises(InputError, match="coarsening"):
+        map_tasks(g, h, coarsening="metis")
+    with pytest.raises(InputError, match="refinement"):
+        map_tasks(g, h, refinement="fm")
+
+
+def test_unionfind_coarsening_needs_fewer_levels_and_stops_near_the_target():
+    from procmap.engines.multilevel import coarsen
+    g = grid_graph((150, 150))
+    args = (g.xadj, g.adjncy, g.adjwgt, g.vwgt, 3000, 100, 1)
+    hem = coarsen(*args, coarsening="hem")
+    uf = coarsen(*args, coarsening="unionfind")
+    assert len(uf) < len(hem)
+    assert 1500 <= uf[-1].n <= 3000  # never undershoots target / 2 (HEM finishes)
+    assert all(int(level.vwgt.max()) <= 100 for level in uf)
+    assert int(uf[-1].vwgt.sum()) == g.n

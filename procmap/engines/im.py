@@ -50,10 +50,13 @@ FM_MIN_GAIN = 0.001
 
 def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int, eps: float,
                        seed: int, share: np.ndarray, seconds: dict, progress=None,
-                       device: str = "cpu") -> np.ndarray:
+                       device: str = "cpu", coarsening: str = "hem",
+                       refinement: str = "jet") -> np.ndarray:
     """Return task -> PE (int32, host) for partition mapping onto the hierarchy ``levels``.
 
     ``device`` is ``"cpu"`` or ``"gpu"``; ``seconds`` receives the time per phase.
+    ``coarsening`` / ``refinement`` pick the schemes (see ``multilevel.COARSENINGS`` and
+    ``REFINEMENTS``); the refinement's gain is the change in J either way.
     """
     k = int(np.prod(levels))
     prefix = np.cumprod(np.asarray(levels, dtype=np.int64))
@@ -63,7 +66,7 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
     graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)
     seconds["upload"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    hier = coarsen(*graph, COARSEN_FACTOR * k, lmax, seed)
+    hier = coarsen(*graph, COARSEN_FACTOR * k, lmax, seed, coarsening=coarsening)
     seconds["coarsening"] = time.perf_counter() - t0
     if progress:
         progress("coarsened", f"{len(hier)} levels, coarsest {hier[-1].n} vertices")
@@ -72,7 +75,8 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
     pes = hierarchical_multisection(*(to_host(a) for a in (g.xadj, g.adjncy, g.adjwgt, g.vwgt)),
                                     levels, share, eps, seed,
                                     jet_splitter(tries=INITIAL_TRIES, vcycles=INITIAL_VCYCLES,
-                                                 jet_iters=12))
+                                                 jet_iters=12, coarsening=coarsening,
+                                                 refinement=refinement))
     seconds["initial mapping"] = time.perf_counter() - t0
     if progress:
         progress("initial mapping", "hm on the coarsest graph")
@@ -82,8 +86,9 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
         lb = backend.of(g.xadj)
         if depth < len(hier) - 1:
             pes = lb.asarray(pes)[g.cmap]
-        pes, cost = lb.jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,
-                                  seed=seed + depth, max_iters=JET_ITERS)
+        refine = lb.jet_refine if refinement == "jet" else lb.isr_refine
+        pes, cost = refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,
+                           seed=seed + depth, max_iters=JET_ITERS)
         if lb.name == "cpu":
             # a pass's gain counts one direction of each edge: J / 2 is the scale
             fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,

@@ -30,6 +30,7 @@ import numpy as np
 
 from procmap.kernels import backend
 from procmap.kernels.backend import to_host
+from procmap.kernels.coarsen_cpu import internal_edges
 from procmap.kernels.fm_cpu import fm_refine
 from procmap.kernels.jet_cpu import filter_schedule
 
@@ -43,6 +44,11 @@ COARSEN_FACTOR = 8
 MIN_COARSE = 3000
 #: A level that keeps more than this fraction of the vertices ends coarsening.
 MIN_SHRINK = 0.95
+#: Coarsening schemes: heavy-edge + two-hop matching (Jet, GPU-HeiPa), or G-kway's
+#: union-find clustering (whole pseudo-forest components, capped at L_max).
+COARSENINGS = ("hem", "unionfind")
+#: Refinement schemes: Jet label propagation, or G-kway's independent-set refinement.
+REFINEMENTS = ("jet", "isr")
 
 
 @dataclass
@@ -62,7 +68,7 @@ class Level:
 
 
 def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
-            part: np.ndarray | None = None) -> list[Level]:
+            part: np.ndarray | None = None, coarsening: str = "hem") -> list[Level]:
     """Coarsen until ``n <= target_n``; returns the levels, finest first.
 
     ``max_vwgt`` caps coarse vertex weights (no pair heavier than ``L_max``), so a
@@ -70,7 +76,14 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
     (a V-cycle), only vertices of the same block are contracted: matching runs on
     the graph without cut edges, so every coarse vertex lies in one block and the
     partition carries over to every level unchanged.
+
+    ``coarsening="unionfind"`` clusters with G-kway's union-find, which keeps only
+    10-30% of the vertices per level; a level where it would undershoot
+    ``target_n / 2`` is matched with HEM instead (a coarsest graph far below the
+    target leaves the initial partitioner too few, too heavy vertices).
     """
+    if coarsening not in COARSENINGS:
+        raise ValueError(f"coarsening must be one of {COARSENINGS}, got {coarsening!r}")
     levels = [Level(xadj, adjncy, adjwgt, vwgt, part=part)]
     while levels[-1].n > target_n:
         g = levels[-1]
@@ -78,8 +91,14 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
         mx, ma, mw = g.xadj, g.adjncy, g.adjwgt
         if g.part is not None:
             mx, ma, mw = _internal_edges(g.xadj, g.adjncy, g.adjwgt, g.part)
-        match = be.two_hop_matching(mx, ma, mw, g.vwgt, max_vwgt, seed + len(levels))
-        cmap, nc = be.coarse_ids(match)
+        cmap, nc = None, 0
+        if coarsening == "unionfind":
+            cmap, nc = be.cluster_ids(mx, ma, mw, g.vwgt, max_vwgt, seed + len(levels))
+            if nc < target_n // 2:
+                cmap = None
+        if cmap is None:
+            match = be.two_hop_matching(mx, ma, mw, g.vwgt, max_vwgt, seed + len(levels))
+            cmap, nc = be.coarse_ids(match)
         if nc > MIN_SHRINK * g.n:
             break
         coarse = be.contract(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cmap, nc)
@@ -99,11 +118,9 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
 def _internal_edges(xadj, adjncy, adjwgt, part):
     """The CSR without the edges between different blocks of ``part``."""
     xp = backend.of(xadj).xp
-    n = xadj.size - 1
     if xp is np:
-        src = np.repeat(np.arange(n), np.diff(xadj))
-    else:  # cupy.repeat takes no array of counts
-        src = xp.searchsorted(xadj, xp.arange(adjncy.size), side="right") - 1
+        return internal_edges(xadj, adjncy, adjwgt, part)
+    src = xp.searchsorted(xadj, xp.arange(adjncy.size), side="right") - 1  # cupy.repeat takes no array of counts
     keep = part[src] == part[adjncy]
     # kept entries before each row start = the new row offsets (no histogram needed:
     # cupy.bincount allocates per-block histograms of n entries, gigabytes at 1M)
@@ -116,7 +133,8 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
                    ultra: bool = False, prefix: np.ndarray | None = None,
                    dist: np.ndarray | None = None, coarsen_factor: int = COARSEN_FACTOR,
                    targets: np.ndarray | None = None, tries: int = 1,
-                   fm: bool = True, vcycles: int = 0, jet_iters: int = 12) -> np.ndarray:
+                   fm: bool = True, vcycles: int = 0, jet_iters: int = 12,
+                   coarsening: str = "hem", refinement: str = "jet") -> np.ndarray:
     """Partition into ``k`` blocks of weight at most ``lmax``; returns int32 block ids.
 
     Minimises the edge cut, or J for the hierarchy ``prefix``/``dist`` when given
@@ -125,8 +143,11 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     runs with ``tries`` seeds and the partition with the lowest objective among the
     balanced ones is kept (the top splits of ``hm`` dominate J, so they get more tries).
     ``jet_iters`` is Jet's patience: iterations without improvement before a level's
-    refinement stops (Jet: 12).
+    refinement stops (Jet: 12). ``coarsening`` / ``refinement`` pick the schemes
+    (:data:`COARSENINGS`, :data:`REFINEMENTS`).
     """
+    if refinement not in REFINEMENTS:
+        raise ValueError(f"refinement must be one of {REFINEMENTS}, got {refinement!r}")
     n = xadj.size - 1
     be = backend.of(xadj)
     if k <= 1 or n == 0:
@@ -139,13 +160,15 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     best, best_key = None, None
     for attempt in range(max(1, tries)):
         s = seed + 7919 * attempt
+        schemes = (coarsening, refinement)
         part, value = _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, s, ultra, prefix, dist,
-                              coarsen_factor, targets, fm, jet_iters=jet_iters)
+                              coarsen_factor, targets, fm, jet_iters=jet_iters, schemes=schemes)
         for cycle in range(vcycles):
             # re-coarsen inside the blocks and refine again: coarse moves shift whole
             # clusters across block borders, which single-vertex moves cannot
             again, v2 = _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, s + cycle + 1, ultra,
-                                prefix, dist, coarsen_factor, targets, fm, part, jet_iters)
+                                prefix, dist, coarsen_factor, targets, fm, part, jet_iters,
+                                schemes)
             if v2 < value and int(be.block_weights(again, vwgt, k).max()) <= lmax:
                 part, value = again, v2
         key = (int(be.block_weights(part, vwgt, k).max()) > lmax, value)
@@ -155,14 +178,16 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
 
 
 def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist, coarsen_factor,
-            targets, fm, start=None, jet_iters=12):
+            targets, fm, start=None, jet_iters=12, schemes=("hem", "jet")):
     """One coarsen / initial partition / refine cycle; returns ``(part, objective)``.
 
     With ``start`` (a partition) the cycle is a V-cycle that keeps blocks intact
     while coarsening and starts refining from ``start`` on the coarsest level.
+    ``schemes`` is ``(coarsening, refinement)``.
     """
+    coarsening, refinement = schemes
     levels = coarsen(xadj, adjncy, adjwgt, vwgt, max(coarsen_factor * k, MIN_COARSE), lmax, seed,
-                     start)
+                     start, coarsening)
     coarsest = levels[-1]
     if start is not None:
         part = coarsest.part
@@ -176,10 +201,12 @@ def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist,
         be = backend.of(g.xadj)
         if depth < len(levels) - 1:
             part = be.asarray(part)[g.cmap]  # project the coarser partition onto this level
-        for ratio in filter_schedule(ultra=ultra, finest=depth == 0):
-            part, value = be.jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
-                                        prefix, dist, filter_ratio=ratio, seed=seed + depth,
-                                        max_iters=jet_iters)
+        refine = be.jet_refine if refinement == "jet" else be.isr_refine
+        # the filter ratios are Jet's; independent-set refinement has none: one pass
+        ratios = filter_schedule(ultra=ultra, finest=depth == 0) if refinement == "jet" else (0.0,)
+        for ratio in ratios:
+            part, value = refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, dist,
+                                 filter_ratio=ratio, seed=seed + depth, max_iters=jet_iters)
         if fm and be.name == "cpu":  # FM is sequential: a CPU step
             value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
                                      dist)

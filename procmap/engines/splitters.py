@@ -23,11 +23,13 @@ JET_ITERS = {False: 8, True: 12}
 
 
 def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple | None = None,
-                 jet_iters: int | None = None):
+                 jet_iters: int | None = None, coarsening: str = "hem",
+                 refinement: str = "jet"):
     """Split with procmap's multilevel partitioner (edge cut), Jet or Jet-ultra refinement.
 
     ``tries``/``vcycles`` (by split depth) and ``jet_iters`` default to the ``hm`` or
-    ``hm-ultra`` schedule above. Blocks with equal targets share one limit, which
+    ``hm-ultra`` schedule above; ``coarsening``/``refinement`` pick the multilevel
+    partitioner's schemes (``multilevel.COARSENINGS`` / ``REFINEMENTS``). Blocks with equal targets share one limit, which
     Jet's rebalancers enforce; unequal limits (irregular capacities) are then met
     exactly by :func:`~procmap.kernels.limits_cpu.fit_to_limits`.
     """
@@ -44,7 +46,8 @@ def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple
         part = kway_partition(xadj, adjncy, adjwgt, vwgt, k, int(limits.max()), eps=eps,
                               seed=seed, ultra=ultra and depth < ULTRA_DEPTH,
                               targets=None if uniform else targets,
-                              tries=attempts, vcycles=rounds, jet_iters=patience)
+                              tries=attempts, vcycles=rounds, jet_iters=patience,
+                              coarsening=coarsening, refinement=refinement)
         if not uniform:
             # exact per-block limits: a sequential pass over the few misfits, on the host
             be = backend.of(part)
