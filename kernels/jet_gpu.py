@@ -45,6 +45,7 @@ rebalancers add their own. No per-vertex data crosses the bus inside the loop.
 from __future__ import annotations
 
 import cupy as cp
+import cupyx
 import numpy as np
 
 from . import objective_gpu
@@ -150,42 +151,66 @@ def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None,
 
 
 # ------------------------------------------------------------------ refinement state
-class _State:
-    """The current partition on the device with its block weights and traffic."""
+#: Blocks of the first stage of the traffic-delta reduction (``row_partials``).
+_PARTIALS = 256
+_THREADS = 256  # REDUCE_THREADS in cuda/jet_loop.cu
+_LOOP = "jet_loop.cu"
+# words of the control block (C_* / F_* / S_* in cuda/jet_loop.cu)
+_C_IT, _C_BEST_MAXW, _C_ROUNDS = 0, 3, 6
+_F_COST, _F_BEST = 0, 1
+_S_IT, _S_MAXW, _S_STOP, _S_ROUNDS = 1, 2, 3, 4
 
-    def __init__(self, g: _Graph, part, k: int):
+
+class _State:
+    """The refinement state on the device: current and best partition, block weights,
+    traffic per level, and the loop's control block (iteration counter, best cost...),
+    which ``loop_control`` (cuda/jet_loop.cu) updates after every iteration."""
+
+    def __init__(self, g: _Graph, part, k: int, lmax: int, max_iters: int, phi: float):
+        self.g, self.k, self.lmax, self.max_iters, self.phi = g, k, lmax, max_iters, phi
         self.part = part
+        self.best = part.copy()
         self.bw = block_weights(part, g.vwgt, k)
         self.traffic = objective_gpu.level_traffic_device(g.xadj, g.adjncy, g.adjwgt, part,
                                                           g.prefix)
         self.target = cp.full(g.n, -1, dtype=cp.int32)  # -1 except during a round
         self.count = cp.zeros(1, dtype=cp.int64)
         self.rows = cp.zeros((g.nlev + 1, objective_gpu._rows(g.n)), dtype=g.adjwgt.dtype)
+        self.partial = cp.zeros((g.nlev + 1) * _PARTIALS, dtype=g.adjwgt.dtype)
+        self.suffix = "f64" if g.adjwgt.dtype == cp.float64 else "i64"
+        maxw = int(self.bw.max())
+        cost0 = _cost_of(self.traffic.get(), g.dist_h)
+        self.ctl = cp.asarray(np.array([0, 0, maxw, maxw, 0, 0, 0, 0], dtype=np.int64))
+        self.fctl = cp.asarray(np.array([cost0, cost0], dtype=np.float64))
+        self.maxw, self.cost0 = maxw, cost0
+        # where rebalancing iterations (run from the host) report: pinned, no copy
+        self.status = cupyx.empty_pinned(8, dtype=np.int64)
 
-    def apply(self, g: _Graph) -> None:
-        """Execute the moves marked in ``target`` (twin of ``jet_cpu._apply``)."""
-        suffix = "f64" if g.adjwgt.dtype == cp.float64 else "i64"
+    def apply(self, lp_round: bool, handle: np.uint64, status_ptr: np.uint64) -> None:
+        """Execute the moves marked in ``target`` (twin of ``jet_cpu._apply``), then the
+        loop's bookkeeping for this iteration (no synchronisation, no allocation)."""
+        g = self.g
         rows = self.rows.shape[1]
         self.rows.fill(0)
-        launch(kernel(_SRC, "move_delta_" + suffix), rows,
+        launch(kernel(_SRC, "move_delta_" + self.suffix), rows,
                g.xadj, g.adjncy, g.adjwgt, self.part, g.prefix, self.target,
                i64(g.n), i64(rows), self.rows)
-        self.traffic += self.rows.sum(axis=1)
-        self.count.fill(0)
         launch(kernel(_SRC, "commit_moves"), g.n,
                self.part, self.target, g.vwgt, i64(g.n), self.bw, self.count)
-
-    def snapshot(self) -> tuple[int, int, np.ndarray]:
-        """``(moves of the last round, max block weight, traffic)``: one small readback."""
-        words = cp.concatenate((self.count, self.bw.max(keepdims=True),
-                                self.traffic.view(cp.int64))).get()
-        return int(words[0]), int(words[1]), words[2:].view(self.traffic.dtype)
+        kernel(_LOOP, "row_partials_" + self.suffix)(
+            (_PARTIALS,), (_THREADS,), (self.rows, i64(rows), i64(g.nlev + 1), self.partial))
+        kernel(_LOOP, "loop_control_" + self.suffix)(
+            (1,), (_THREADS,),
+            (self.partial, i64(_PARTIALS), self.traffic, i64(g.nlev), g.dist, self.bw,
+             i64(self.k), i64(self.lmax), self.ctl, self.fctl, self.count, i64(int(lp_round)),
+             i64(self.max_iters), f64(self.phi), handle, status_ptr))
+        launch(kernel(_LOOP, "copy_if_improved"), g.n, self.best, self.part, i64(g.n), self.ctl)
 
 
 # ------------------------------------------------------------------ refinement loop
 def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filter_ratio=0.25,
-               max_iters=12, phi=0.999, max_weak=2, seed=0,
-               incremental: bool = True) -> tuple[cp.ndarray, float]:
+               max_iters=12, phi=0.999, max_weak=2, seed=0, incremental: bool = True,
+               graph_mode: str | None = None) -> tuple[cp.ndarray, float]:
     """Jet refinement loop (paper Algorithm 6). Returns ``(part, cost)``.
 
     The rules of :func:`.jet_cpu.jet_refine`: LP when the partition is balanced,
@@ -194,6 +219,12 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     (balanced beats unbalanced, then lower cost / lower max block weight); stop after
     ``max_iters`` iterations without improvement (``phi``) or at an unlocked LP fixed
     point. ``part`` is not modified; the result is a new CuPy int32 array and ``J``.
+
+    Host round trips: runs of LP rounds (the common case) execute as one CUDA graph
+    whose last kernel decides on the device whether another LP round follows
+    (:class:`.cuda_graphs.DeviceLoop`; ``graph_mode`` overrides its mode, default
+    ``PROCMAP_CUDA_GRAPHS`` or ``"auto"``). The host steps in only for rebalancing
+    iterations and reads the loop's status from pinned memory after each run.
 
     ``incremental`` is accepted for signature parity with the CPU loop and ignored:
     the GPU re-proposes every vertex each LP round (one kernel over all vertices),
@@ -209,60 +240,71 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     cur = as_device(part, cp.int32).copy()
     if g.n == 0 or k == 1:
         return cur, cost(g.xadj, g.adjncy, g.adjwgt, cur, g.prefix_h, g.dist_h)
-    from . import rebalance_gpu  # written alongside; imported late so this module loads alone
+    from . import cuda_graphs, rebalance_gpu  # imported late so this module loads alone
 
-    st = _State(g, cur, k)
-    _, maxw, traffic = st.snapshot()
-    cur_cost = _cost_of(traffic, g.dist_h)
-    best, best_cost, best_maxw = cur.copy(), cur_cost, maxw
+    caller = cp.cuda.get_current_stream()
+    stream = cuda_graphs.loop_stream()
+    stream.wait_event(caller.record())  # the inputs were written on the caller's stream
+    with stream:
+        best, best_cost = _refine_on_stream(g, cur, k, lmax, filter_ratio, max_iters, phi,
+                                            max_weak, seed, graph_mode, rebalance_gpu,
+                                            cuda_graphs)
+    caller.wait_event(stream.record())
+    return best, best_cost
+
+
+def _load_loop_kernels(suffix: str) -> None:
+    """Load every kernel of an LP iteration now: module loading is no work to capture."""
+    for name in ("lp_propose", "lp_afterburn", "move_delta_" + suffix, "commit_moves"):
+        kernel(_SRC, name)
+    for name in ("row_partials_" + suffix, "loop_control_" + suffix, "copy_if_improved",
+                 "copy_locks"):
+        kernel(_LOOP, name)
+
+
+def _refine_on_stream(g, cur, k, lmax, filter_ratio, max_iters, phi, max_weak, seed,
+                      graph_mode, rebalance_gpu, cuda_graphs):
+    st = _State(g, cur, k, lmax, max_iters, phi)
+    _load_loop_kernels(st.suffix)
     lp = _LP(g)
     locked = cp.zeros(g.n, dtype=cp.uint8)   # the vertices moved by the last LP round
-    spare = cp.empty(g.n, dtype=cp.uint8)
-    last_lp_moves = 0
-    it = 0
-    weak_runs = 0
-    while it < max_iters:
-        it += 1
-        lp_round = maxw <= lmax
-        if lp_round:
-            lp.round(g, cur, k, locked, filter_ratio, spare, st.target)
-            locked, spare = spare, locked  # locks hold for one LP round only
-            weak_runs = 0
-        elif weak_runs < max_weak:
-            moves, dest = rebalance_gpu.weak_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, cur, k,
-                                                   lmax, g.prefix, st.bw, seed)
-            st.target[moves] = dest[moves]
-            weak_runs += 1
-        else:
-            moves, full = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, cur, k,
-                                                     lmax, g.prefix, st.bw)
-            st.target[moves] = full[moves]
-            weak_runs = 0
-        st.apply(g)
-        moved, maxw, traffic = st.snapshot()
-        if lp_round:
-            had_locks = last_lp_moves > 0
-            last_lp_moves = moved
-            if moved == 0 and not had_locks:
-                break                      # unlocked fixed point: LP would repeat itself
-        cur_cost = _cost_of(traffic, g.dist_h)
+    moved = cp.empty(g.n, dtype=cp.uint8)
 
-        best_ok = best_maxw <= lmax
+    def lp_iteration(handle, status_ptr):
+        lp.round(g, cur, k, locked, filter_ratio, moved, st.target)
+        launch(kernel(_LOOP, "copy_locks"), g.n, locked, moved, i64(g.n))
+        st.apply(True, handle, status_ptr)
+
+    loop = None
+    maxw, it, stop = st.maxw, 0, False
+    weak_runs = 0
+    while it < max_iters and not stop:
         if maxw <= lmax:
-            if not best_ok or cur_cost < best_cost:
-                if not best_ok or cur_cost < phi * best_cost:
-                    it = 0
-                best[...] = cur
-                best_cost, best_maxw = cur_cost, maxw
-        elif not best_ok and (maxw < best_maxw or (maxw == best_maxw and cur_cost < best_cost)):
-            if maxw < best_maxw:
-                it = 0
-            best[...] = cur
-            best_cost, best_maxw = cur_cost, maxw
+            if loop is None:  # captured once, on the first balanced iteration
+                loop = cuda_graphs.DeviceLoop(lp_iteration, graph_mode)
+            loop.run()
+            weak_runs = 0
+            status = loop.status
+        else:
+            if weak_runs < max_weak:
+                moves, dest = rebalance_gpu.weak_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, cur, k,
+                                                       lmax, g.prefix, st.bw, seed)
+                st.target[moves] = dest[moves]
+                weak_runs += 1
+            else:
+                moves, full = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, cur,
+                                                         k, lmax, g.prefix, st.bw)
+                st.target[moves] = full[moves]
+                weak_runs = 0
+            st.apply(False, np.uint64(0), np.uint64(st.status.ctypes.data))
+            cp.cuda.get_current_stream().synchronize()
+            status = st.status
+        it, maxw, stop = int(status[_S_IT]), int(status[_S_MAXW]), bool(status[_S_STOP])
+    best_cost = float(st.fctl[_F_BEST:_F_BEST + 1].get()[0])
     if g.adjwgt.dtype == cp.float64:
         # incremental float updates drift in the last bits: report a fresh sum
-        best_cost = cost(g.xadj, g.adjncy, g.adjwgt, best, g.prefix_h, g.dist_h)
-    return best, best_cost
+        best_cost = cost(g.xadj, g.adjncy, g.adjwgt, st.best, g.prefix_h, g.dist_h)
+    return st.best, best_cost
 
 
 def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,

@@ -1,0 +1,178 @@
+// Device-side control of the Jet refinement loop (kernels/jet_gpu.py, jet_refine):
+// the bookkeeping the CPU loop does in Python after each iteration -- sum the traffic
+// change, the max block weight, the cost, keep the best partition, count iterations
+// without improvement, decide whether the next iteration is another LP round -- done
+// on the device, so the LP rounds can run as one CUDA graph (kernels/cuda_graphs.py).
+//
+// Every decision uses the CPU loop's arithmetic in the CPU's order (__dadd_rn /
+// __dmul_rn, no fused multiply-adds), so with integer weights the decisions, and the
+// partition, are those of jet_cpu.jet_refine.
+#include "common.cuh"
+
+typedef __device_builtin__ unsigned long long cudaGraphConditionalHandle;
+extern "C" __device__ __cudart_builtin__ void cudaGraphSetConditional(
+    cudaGraphConditionalHandle handle, unsigned int value);
+
+// Partial sums of the move-delta rows: `rows` holds (nlev1 levels) x (nrows) values;
+// block b sums its contiguous slice of every level into partial[lev * gridDim.x + b].
+// Fixed grid and block shape plus a fixed tree: deterministic for floats too.
+#define REDUCE_THREADS 256
+
+template <typename W>
+__device__ W block_sum(W v, W* shared) {
+    shared[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = REDUCE_THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+        __syncthreads();
+    }
+    W total = shared[0];
+    __syncthreads();
+    return total;
+}
+
+template <typename W>
+__device__ void row_partials(const W* __restrict__ rows, i64 nrows, i64 nlev1,
+                             W* __restrict__ partial) {
+    __shared__ W shared[REDUCE_THREADS];
+    const i64 per = (nrows + gridDim.x - 1) / gridDim.x;
+    const i64 lo = (i64)blockIdx.x * per;
+    const i64 hi = lo + per < nrows ? lo + per : nrows;
+    for (i64 lev = 0; lev < nlev1; ++lev) {
+        W acc = 0;
+        for (i64 r = lo + threadIdx.x; r < hi; r += REDUCE_THREADS) acc += rows[lev * nrows + r];
+        W total = block_sum<W>(acc, shared);
+        if (threadIdx.x == 0) partial[lev * gridDim.x + blockIdx.x] = total;
+    }
+}
+
+extern "C" __global__ void row_partials_i64(const i64* rows, i64 nrows, i64 nlev1, i64* partial) {
+    row_partials<i64>(rows, nrows, nlev1, partial);
+}
+
+extern "C" __global__ void row_partials_f64(const double* rows, i64 nrows, i64 nlev1,
+                                            double* partial) {
+    row_partials<double>(rows, nrows, nlev1, partial);
+}
+
+// Words of the control block `ctl` (int64) and `fctl` (double); see jet_gpu._Control.
+#define C_IT 0         // iterations since the last improvement (the CPU's `it`)
+#define C_LAST_LP 1    // moves of the last LP round
+#define C_MAXW 2       // max block weight now
+#define C_BEST_MAXW 3  // max block weight of the best partition
+#define C_IMPROVED 4   // 1: copy the partition into `best` (copy_if_flag)
+#define C_STOP 5       // 1: LP reached an unlocked fixed point
+#define C_ROUNDS 6     // iterations run (statistics)
+#define F_COST 0
+#define F_BEST 1
+
+// Status words written to pinned host memory for the host (cuda_graphs.DeviceLoop).
+#define S_CONTINUE 0
+#define S_IT 1
+#define S_MAXW 2
+#define S_STOP 3
+#define S_ROUNDS 4
+
+// One block of REDUCE_THREADS threads, after commit_moves and row_partials: finishes
+// the iteration exactly as the CPU loop's tail does and sets the loop condition
+// "the next iteration is an LP round and the loop goes on".
+template <typename W>
+__device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traffic, i64 nlev,
+                             const double* __restrict__ dist, const i64* __restrict__ bw, i64 k,
+                             i64 lmax, i64* ctl, double* fctl, i64* count, i64 lp_round,
+                             i64 max_iters, double phi, u64 handle, volatile i64* status) {
+    __shared__ W wsum[REDUCE_THREADS];
+    __shared__ i64 wmax[REDUCE_THREADS];
+    for (i64 lev = 0; lev <= nlev; ++lev) {
+        W acc = 0;
+        for (i64 b = threadIdx.x; b < nparts; b += REDUCE_THREADS) acc += partial[lev * nparts + b];
+        W total = block_sum<W>(acc, wsum);
+        if (threadIdx.x == 0) traffic[lev] += total;
+    }
+    i64 m = 0;
+    for (i64 b = threadIdx.x; b < k; b += REDUCE_THREADS) m = bw[b] > m ? bw[b] : m;
+    wmax[threadIdx.x] = m;
+    __syncthreads();
+    for (int s = REDUCE_THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s && wmax[threadIdx.x + s] > wmax[threadIdx.x])
+            wmax[threadIdx.x] = wmax[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x != 0) return;
+    __threadfence();  // traffic written by this thread above; nothing else to wait for
+    const i64 maxw = wmax[0];
+    const i64 moved = *count;
+    *count = 0;
+    // _cost_of: sum of d_t * traffic[t + 1], left to right
+    double cost = 0.0;
+    for (i64 t = 0; t < nlev; ++t) cost = __dadd_rn(cost, __dmul_rn(dist[t], (double)traffic[t + 1]));
+    i64 it = ctl[C_IT] + 1;
+    i64 stop = 0;
+    i64 improved = 0;
+    if (lp_round) {
+        const bool had_locks = ctl[C_LAST_LP] > 0;
+        ctl[C_LAST_LP] = moved;
+        if (moved == 0 && !had_locks) stop = 1;  // unlocked fixed point
+    }
+    if (!stop) {
+        const double best_cost = fctl[F_BEST];
+        const i64 best_maxw = ctl[C_BEST_MAXW];
+        const bool best_ok = best_maxw <= lmax;
+        if (maxw <= lmax) {
+            if (!best_ok || cost < best_cost) {
+                if (!best_ok || cost < __dmul_rn(phi, best_cost)) it = 0;
+                improved = 1;
+            }
+        } else if (!best_ok && (maxw < best_maxw || (maxw == best_maxw && cost < best_cost))) {
+            if (maxw < best_maxw) it = 0;
+            improved = 1;
+        }
+        if (improved) {
+            fctl[F_BEST] = cost;
+            ctl[C_BEST_MAXW] = maxw;
+        }
+    }
+    fctl[F_COST] = cost;
+    ctl[C_IT] = it;
+    ctl[C_MAXW] = maxw;
+    ctl[C_IMPROVED] = improved;
+    ctl[C_STOP] = stop;
+    ctl[C_ROUNDS] += 1;
+    const i64 go_on = !stop && it < max_iters && maxw <= lmax;
+    status[S_CONTINUE] = go_on;
+    status[S_IT] = it;
+    status[S_MAXW] = maxw;
+    status[S_STOP] = stop;
+    status[S_ROUNDS] = ctl[C_ROUNDS];
+    if (handle != 0) cudaGraphSetConditional((cudaGraphConditionalHandle)handle, (unsigned)go_on);
+}
+
+extern "C" __global__ void loop_control_i64(const i64* partial, i64 nparts, i64* traffic, i64 nlev,
+                                            const double* dist, const i64* bw, i64 k, i64 lmax,
+                                            i64* ctl, double* fctl, i64* count, i64 lp_round,
+                                            i64 max_iters, double phi, u64 handle, i64* status) {
+    loop_control<i64>(partial, nparts, traffic, nlev, dist, bw, k, lmax, ctl, fctl, count,
+                      lp_round, max_iters, phi, handle, status);
+}
+
+extern "C" __global__ void loop_control_f64(const double* partial, i64 nparts, double* traffic,
+                                            i64 nlev, const double* dist, const i64* bw, i64 k,
+                                            i64 lmax, i64* ctl, double* fctl, i64* count,
+                                            i64 lp_round, i64 max_iters, double phi, u64 handle,
+                                            i64* status) {
+    loop_control<double>(partial, nparts, traffic, nlev, dist, bw, k, lmax, ctl, fctl, count,
+                         lp_round, max_iters, phi, handle, status);
+}
+
+// best[u] = part[u] when the last control step found an improvement.
+extern "C" __global__ void copy_if_improved(int* __restrict__ best, const int* __restrict__ part,
+                                            i64 n, const i64* __restrict__ ctl) {
+    if (ctl[C_IMPROVED] == 0) return;
+    GRID_STRIDE(u, n) best[u] = part[u];
+}
+
+// The vertices moved by this LP round stay locked during the next one.
+extern "C" __global__ void copy_locks(unsigned char* __restrict__ locked,
+                                      const unsigned char* __restrict__ moved, i64 n) {
+    GRID_STRIDE(u, n) locked[u] = moved[u];
+}
