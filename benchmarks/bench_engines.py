@@ -3,7 +3,7 @@
 Partition mapping onto the hierarchy 4:8:6 (k = 192) with distances 1:10:100 and eps = 0.03
 (L_max = ceil(1.03 n / 192)). For every instance (benchmarks/instances.py) it runs
 
-* procmap ``map_tasks(graph, Hierarchy.parse("4:8:6", "1:10:100"), engine=E, eps, seed)`` for
+* procmap ``map_tasks(graph, Hierarchy.parse("4:8:6", "1:10:100"), engine=E, eps, seed, device="cpu")`` for
   E in hm, hm-ultra, im (``--engines``),
 * the peers (benchmarks/peers.py): KaHIP process_mapping multisection fast and eco, Scotch tleaf
   (QUALITY | BALANCE) and METIS k-way + identity (``--peers``),
@@ -64,7 +64,8 @@ def _runner(method: str, topo, eps: float, seed: int):
     import peers
 
     if method in ENGINES:
-        return lambda g: procmap.map_tasks(g, topo, engine=method, eps=eps, seed=seed).pes
+        return lambda g: procmap.map_tasks(g, topo, engine=method, eps=eps, seed=seed,
+                                           device="cpu").pes
     if method == "kahip-fast":
         return lambda g: peers.kahip_process_mapping(g, LEVELS, DISTS, eps, mode="fast", seed=seed)
     if method == "kahip-eco":
