@@ -37,10 +37,17 @@ Relation to the CPU twin
 
 Host synchronisation
 --------------------
-The state (partition, block weights, traffic, locks) stays on the device. Each
-iteration of :func:`jet_refine` reads back one small array (move count, max block
-weight, traffic per level: ``l + 3`` words) to take the loop's decisions; the
-rebalancers add their own. No per-vertex data crosses the bus inside the loop.
+The state (partition, block weights, traffic, locks, and the loop's control block:
+iteration counter, best cost, best max block weight) stays on the device, and the
+bookkeeping after every iteration runs there too (``loop_control`` in
+``cuda/jet_loop.cu``, the CPU loop's arithmetic in the CPU's order). A run of LP
+rounds is one :class:`.cuda_graphs.DeviceLoop`: its first round is launched directly
+and, if the device asks for more, the rest run as one CUDA while-node graph, with no
+host work per round; the host reads the loop's status from pinned memory once per
+run. Rebalancing iterations (weak, strong) are still driven from the host, with the
+readbacks of :mod:`.rebalance_gpu`; where LP and rebalancing alternate (``im``'s
+J-gain refinement) the loop is therefore as host-bound as before (measured with
+``benchmarks/bench_loops.py``). No per-vertex data crosses the bus inside the loop.
 """
 from __future__ import annotations
 
