@@ -50,8 +50,8 @@ import numba as nb
 import numpy as np
 
 from .common_cpu import mix64 as _mix64
-from .jet_cpu import (_apply, _as_float, _cost_of, _level_tables, _num_chunks, _prepare,
-                      _seed_key, _strong_moves, _traffic, _weak_moves, block_weights, cost)
+from .jet_cpu import (_apply, _as_float, _cost_of, _judge, _level_tables, _num_chunks,
+                      _prepare, _seed_key, _strong_moves, _traffic, _weak_moves, block_weights, cost)
 
 __all__ = ["HARD_CAP", "block_weights", "cost", "isr_moves", "isr_refine", "step_key"]
 
@@ -318,16 +318,10 @@ def _refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, max_iter
         cur_cost = _cost_of(traffic, dist)
         maxw = int(bw.max())
         # Jet's bookkeeping: balanced beats unbalanced, then lower cost / lower max weight
-        best_ok = best_maxw <= lmax
-        if maxw <= lmax:
-            if not best_ok or cur_cost < best_cost:
-                if not best_ok or cur_cost < phi * best_cost:
-                    it = 0
-                best[:] = cur
-                best_cost, best_maxw = cur_cost, maxw
-        elif not best_ok and (maxw < best_maxw or (maxw == best_maxw and cur_cost < best_cost)):
-            if maxw < best_maxw:
-                it = 0
+        keep, progress = _judge(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
+        if progress:
+            it = 0
+        if keep:
             best[:] = cur
             best_cost, best_maxw = cur_cost, maxw
     if adjwgt.dtype.kind == "f":

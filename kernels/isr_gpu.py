@@ -62,7 +62,7 @@ import numpy as np
 from . import objective_gpu
 from .gpu_common import as_device, i64, kernel, launch
 from .isr_cpu import HARD_CAP, step_key
-from .jet_cpu import _cost_of
+from .jet_cpu import _cost_of, _judge
 from .jet_gpu import _Graph, block_weights, cost
 
 __all__ = ["HARD_CAP", "block_weights", "cost", "isr_moves", "isr_refine", "step_key"]
@@ -236,16 +236,10 @@ def _refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, max_iter
             break  # no positive-gain move fits: a local optimum
         cur_cost = _cost_of(traffic, g.dist_h)
         # Jet's bookkeeping: balanced beats unbalanced, then lower cost / lower max weight
-        best_ok = best_maxw <= lmax
-        if maxw <= lmax:
-            if not best_ok or cur_cost < best_cost:
-                if not best_ok or cur_cost < phi * best_cost:
-                    it = 0
-                best[...] = cur
-                best_cost, best_maxw = cur_cost, maxw
-        elif not best_ok and (maxw < best_maxw or (maxw == best_maxw and cur_cost < best_cost)):
-            if maxw < best_maxw:
-                it = 0
+        keep, progress = _judge(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
+        if progress:
+            it = 0
+        if keep:
             best[...] = cur
             best_cost, best_maxw = cur_cost, maxw
     if g.adjwgt.dtype == cp.float64:

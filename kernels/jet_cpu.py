@@ -132,6 +132,25 @@ def _cost_of(traffic, dist) -> float:
     return float(sum(float(d) * traffic[t + 1] for t, d in enumerate(dist)))
 
 
+def _judge(cost, maxw, best_cost, best_maxw, lmax, phi) -> tuple[bool, bool]:
+    """Jet's best-partition rule after an iteration: ``(keep, progress)``.
+
+    A balanced partition beats an unbalanced one; among balanced ones the lower cost
+    wins, among unbalanced ones the lower max block weight, then the lower cost.
+    ``progress`` (the patience counter restarts) needs a cost below ``phi * best`` or
+    a lower max block weight while no balanced partition is known. The GPU loop's
+    ``loop_control`` (cuda/jet_loop.cu) applies the same rule on the device.
+    """
+    best_ok = best_maxw <= lmax
+    if maxw <= lmax:
+        keep = not best_ok or cost < best_cost
+        return keep, keep and (not best_ok or cost < phi * best_cost)
+    if best_ok:
+        return False, False
+    keep = maxw < best_maxw or (maxw == best_maxw and cost < best_cost)
+    return keep, maxw < best_maxw
+
+
 def block_weights(part, vwgt, k: int) -> np.ndarray:
     """Total vertex weight per block (int64, length ``k``)."""
     return pe_loads(np.asarray(part), np.asarray(vwgt, dtype=np.int64), int(k))[0]
@@ -786,16 +805,10 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
         cur_cost = _cost_of(traffic, dist)
         maxw = int(bw.max())
 
-        best_ok = best_maxw <= lmax
-        if maxw <= lmax:
-            if not best_ok or cur_cost < best_cost:
-                if not best_ok or cur_cost < phi * best_cost:
-                    it = 0
-                best[:] = cur
-                best_cost, best_maxw = cur_cost, maxw
-        elif not best_ok and (maxw < best_maxw or (maxw == best_maxw and cur_cost < best_cost)):
-            if maxw < best_maxw:
-                it = 0
+        keep, progress = _judge(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
+        if progress:
+            it = 0
+        if keep:
             best[:] = cur
             best_cost, best_maxw = cur_cost, maxw
     if adjwgt.dtype.kind == "f":
