@@ -63,6 +63,35 @@ def as_device(a, dtype=None) -> cp.ndarray:
     return cp.ascontiguousarray(cp.asarray(a, dtype=dtype))
 
 
+# ----------------------------------------------------------------- per-vertex tables
+#: Connectivity tables of at most this many entries live in the thread's local memory
+#: (``LOCAL_TABLE`` in cuda/common.cuh, which must match).
+LOCAL_TABLE = 64
+
+
+class TableScratch:
+    """Global scratch for the per-vertex connectivity tables that do not fit in a
+    thread's local memory.
+
+    Vertex ``u`` needs a table of ``deg(u) * per_edge`` entries (``per_edge`` keys per
+    neighbour: the number of hierarchy levels for LP, 1 for rebalancing). Tables of at
+    most :data:`LOCAL_TABLE` entries are kernel-local arrays and take no memory here;
+    the others get ``keys`` (int32) / ``vals`` (float64) slots from ``offset[u]``
+    (-1 for the local ones). On low-degree graphs (grids, meshes) nothing is allocated
+    where a slice per CSR entry would cost ``12 * per_edge`` bytes per directed edge.
+    One host synchronisation (the total size).
+    """
+
+    def __init__(self, xadj: cp.ndarray, per_edge: int):
+        size = cp.diff(xadj) * int(per_edge)
+        size[size <= LOCAL_TABLE] = 0
+        end = cp.cumsum(size)
+        total = int(end[-1]) if end.size else 0
+        self.offset = cp.where(size > 0, end - size, -1)
+        self.keys = cp.empty(max(total, 1), dtype=cp.int32)
+        self.vals = cp.empty(max(total, 1), dtype=cp.float64)
+
+
 # ----------------------------------------------------------------- uploading graphs
 #: Bytes per pinned staging buffer (two are used, alternately).
 STAGING_BYTES = 64 << 20

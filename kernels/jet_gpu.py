@@ -10,10 +10,11 @@ algorithm and the gain formula), taking and returning CuPy arrays; ``prefix``,
 Kernels (``cuda/jet.cu``)
 -------------------------
 * ``lp_propose`` -- first filter, one thread per vertex. Block connectivities live
-  in a per-vertex table in global scratch (vertex ``u`` owns ``deg(u) * l`` slots at
-  ``xadj[u] * l``; keys ``t * k + group``): packed linear search for small regions,
-  an open-addressing hash table for large ones, so there is no cap on the degree or
-  on the number of adjacent blocks. Interior vertices are skipped first.
+  in a per-vertex table of ``deg(u) * l`` entries (keys ``t * k + group``): an array
+  in the thread's local memory searched linearly when that is at most
+  ``gpu_common.LOCAL_TABLE`` entries, else an open-addressing hash table in global
+  scratch (:class:`.gpu_common.TableScratch`), so there is no cap on the degree or on
+  the number of adjacent blocks. Interior vertices are skipped first.
 * ``lp_afterburn`` -- second filter, one thread per vertex.
 * ``move_delta_*`` / ``commit_moves`` -- apply a round of moves: traffic change
   per level, block weights, partition.
@@ -55,8 +56,8 @@ import cupy as cp
 import cupyx
 import numpy as np
 
-from . import objective_gpu
-from .gpu_common import as_device, f64, i64, kernel, launch
+from . import cuda_graphs, objective_gpu, rebalance_gpu
+from .gpu_common import TableScratch, as_device, f64, i64, kernel, launch
 from .jet_cpu import (BUCKET_RATIO, MID_BUCKET, NUM_BUCKETS, ULTRA_FILTER_RATIOS, _cost_of,
                       filter_schedule)
 
@@ -120,19 +121,21 @@ class _LP:
 
     def __init__(self, g: _Graph):
         n = g.n
-        slots = max(1, int(g.adjncy.size) * g.nlev)
-        self.keys = cp.empty(slots, dtype=cp.int32)
-        self.vals = cp.empty(slots, dtype=cp.float64)
+        self.table = TableScratch(g.xadj, g.nlev)
+        self.ratio = cp.zeros(1, dtype=cp.float64)  # the filter ratio, read by lp_propose
         self.dest = cp.empty(n, dtype=cp.int32)
         self.gain = cp.empty(n, dtype=cp.float64)
 
-    def round(self, g: _Graph, part, k: int, locked, filter_ratio: float, move, target) -> None:
+    def round(self, g: _Graph, part, k: int, locked, filter_ratio, move, target) -> None:
         """Both filters: ``move[u] = 1`` / ``target[u] = dest`` for the vertices to move,
-        ``0`` / ``-1`` for all others (no synchronisation)."""
+        ``0`` / ``-1`` for all others (no synchronisation). ``filter_ratio=None`` keeps
+        the ratio set last (a captured round reads it from device memory)."""
+        if filter_ratio is not None:
+            self.ratio.fill(filter_ratio)
         launch(kernel(_SRC, "lp_propose"), g.n,
                g.xadj, g.adjncy, g.fwgt, part, locked, g.div, g.delta,
-               i64(g.n), i64(k), i64(g.nlev), i64(g.cut_mode), f64(filter_ratio),
-               self.keys, self.vals, self.dest, self.gain)
+               i64(g.n), i64(k), i64(g.nlev), i64(g.cut_mode), self.ratio,
+               self.table.offset, self.table.keys, self.table.vals, self.dest, self.gain)
         launch(kernel(_SRC, "lp_afterburn"), g.n,
                g.xadj, g.adjncy, g.fwgt, part, g.prefix, g.dist,
                i64(g.n), i64(g.cut_mode), self.dest, self.gain, move, target)
@@ -177,21 +180,34 @@ class _State:
         self.g, self.k, self.lmax, self.max_iters, self.phi = g, k, lmax, max_iters, phi
         self.part = part
         self.best = part.copy()
-        self.bw = block_weights(part, g.vwgt, k)
-        self.traffic = objective_gpu.level_traffic_device(g.xadj, g.adjncy, g.adjwgt, part,
-                                                          g.prefix)
+        self.bw = cp.zeros(k, dtype=cp.int64)
+        self.traffic = cp.zeros(g.nlev + 1, dtype=g.adjwgt.dtype)
         self.target = cp.full(g.n, -1, dtype=cp.int32)  # -1 except during a round
         self.count = cp.zeros(1, dtype=cp.int64)
         self.rows = cp.zeros((g.nlev + 1, objective_gpu._rows(g.n)), dtype=g.adjwgt.dtype)
         self.partial = cp.zeros((g.nlev + 1) * _PARTIALS, dtype=g.adjwgt.dtype)
         self.suffix = "f64" if g.adjwgt.dtype == cp.float64 else "i64"
-        maxw = int(self.bw.max())
-        cost0 = _cost_of(self.traffic.get(), g.dist_h)
-        self.ctl = cp.asarray(np.array([0, 0, maxw, maxw, 0, 0, 0, 0], dtype=np.int64))
-        self.fctl = cp.asarray(np.array([cost0, cost0], dtype=np.float64))
-        self.maxw, self.cost0 = maxw, cost0
+        self.ctl = cp.zeros(8, dtype=cp.int64)
+        self.fctl = cp.zeros(2, dtype=cp.float64)
         # where rebalancing iterations (run from the host) report: pinned, no copy
         self.status = cupyx.empty_pinned(8, dtype=np.int64)
+        self.restart()
+
+    def restart(self) -> None:
+        """Begin a refinement pass from the current ``part``: it is the best so far, the
+        counters restart. Writes into the existing buffers, whose addresses a captured
+        loop graph holds; two host readbacks (max block weight and cost)."""
+        g = self.g
+        self.best[...] = self.part
+        self.bw[...] = block_weights(self.part, g.vwgt, self.k)
+        self.traffic[...] = objective_gpu.level_traffic_device(g.xadj, g.adjncy, g.adjwgt,
+                                                               self.part, g.prefix)
+        self.count.fill(0)
+        maxw = int(self.bw.max())
+        cost0 = _cost_of(self.traffic.get(), g.dist_h)
+        self.ctl.set(np.array([0, 0, maxw, maxw, 0, 0, 0, 0], dtype=np.int64))
+        self.fctl.set(np.array([cost0, cost0], dtype=np.float64))
+        self.maxw, self.cost0 = maxw, cost0
 
     def apply(self, lp_round: bool, handle: np.uint64, status_ptr: np.uint64) -> None:
         """Execute the moves marked in ``target`` (twin of ``jet_cpu._apply``), then the
@@ -238,6 +254,22 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     which gives the same proposals as the CPU's incremental re-evaluation.
     """
     del incremental
+    return ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist,
+                        filter_ratios=(filter_ratio,), max_iters=max_iters, phi=phi,
+                        max_weak=max_weak, seed=seed, graph_mode=graph_mode)
+
+
+def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
+                 filter_ratios=ULTRA_FILTER_RATIOS, max_iters=12, phi=0.999, max_weak=2,
+                 seed=0, graph_mode: str | None = None) -> tuple[cp.ndarray, float]:
+    """Jet's "ultra" refinement: one :func:`jet_refine` pass per filter ratio, each
+    continuing from the previous result, exactly as :func:`.jet_cpu.ultra_refine`.
+    Returns ``(part, cost)``; ``part`` is not modified.
+
+    The passes share one device state, LP scratch and captured loop graph (the ratio
+    is read from device memory), so a pass costs its iterations and a restart, not
+    the setup of a new refinement.
+    """
     g = _Graph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
     k, lmax = int(k), int(lmax)
     if g.nlev == 0 or int(g.prefix_h[-1]) != k:
@@ -245,17 +277,18 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     if not 0.0 < phi <= 1.0:
         raise ValueError(f"phi must lie in (0, 1], got {phi}")  # > 1 need not terminate
     cur = as_device(part, cp.int32).copy()
-    if g.n == 0 or k == 1:
+    if g.n == 0 or k == 1 or not len(filter_ratios):
         return cur, cost(g.xadj, g.adjncy, g.adjwgt, cur, g.prefix_h, g.dist_h)
-    from . import cuda_graphs, rebalance_gpu  # imported late so this module loads alone
-
     caller = cp.cuda.get_current_stream()
     stream = cuda_graphs.loop_stream()
     stream.wait_event(caller.record())  # the inputs were written on the caller's stream
     with stream:
-        best, best_cost = _refine_on_stream(g, cur, k, lmax, filter_ratio, max_iters, phi,
-                                            max_weak, seed, graph_mode, rebalance_gpu,
-                                            cuda_graphs)
+        refiner = _Refiner(g, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode)
+        for i, ratio in enumerate(filter_ratios):
+            if i:
+                cur[...] = refiner.st.best  # the next pass starts from this one's result
+            refiner.run(ratio)
+        best, best_cost = refiner.st.best, refiner.best_cost()
     caller.wait_event(stream.record())
     return best, best_cost
 
@@ -269,61 +302,82 @@ def _load_loop_kernels(suffix: str) -> None:
         kernel(_LOOP, name)
 
 
-def _refine_on_stream(g, cur, k, lmax, filter_ratio, max_iters, phi, max_weak, seed,
-                      graph_mode, rebalance_gpu, cuda_graphs):
-    st = _State(g, cur, k, lmax, max_iters, phi)
-    _load_loop_kernels(st.suffix)
-    lp = _LP(g)
-    locked = cp.zeros(g.n, dtype=cp.uint8)   # the vertices moved by the last LP round
-    moved = cp.empty(g.n, dtype=cp.uint8)
+class _Refiner:
+    """One refinement problem on the device (graph, partition ``cur``, limits), run
+    for one or more passes (:meth:`run`); everything a pass needs is allocated once,
+    and the LP loop graph is captured once, by the first pass that needs it."""
 
-    def lp_iteration(handle, status_ptr):
-        lp.round(g, cur, k, locked, filter_ratio, moved, st.target)
-        launch(kernel(_LOOP, "copy_locks"), g.n, locked, moved, i64(g.n))
-        st.apply(True, handle, status_ptr)
+    def __init__(self, g: _Graph, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode):
+        self.g, self.cur, self.k, self.lmax = g, cur, k, lmax
+        self.max_iters, self.max_weak, self.seed, self.graph_mode = (max_iters, max_weak,
+                                                                     seed, graph_mode)
+        self.st = _State(g, cur, k, lmax, max_iters, phi)
+        _load_loop_kernels(self.st.suffix)
+        self.lp = _LP(g)
+        self.locked = cp.zeros(g.n, dtype=cp.uint8)  # the vertices moved by the last LP round
+        self.moved = cp.empty(g.n, dtype=cp.uint8)
+        self.loop = None   # DeviceLoop of LP rounds, made on the first balanced iteration
+        self.table = None  # the rebalancers' scratch, made on first use
+        self.passes = 0
 
-    loop = None
-    maxw, it, stop = st.maxw, 0, False
-    weak_runs = 0
-    while it < max_iters and not stop:
-        if maxw <= lmax:
-            if loop is None:  # captured once, on the first balanced iteration
-                loop = cuda_graphs.DeviceLoop(lp_iteration, graph_mode)
-            loop.run()
-            weak_runs = 0
-            status = loop.status
+    def _lp_body(self):
+        """One LP iteration as a DeviceLoop body. A closure over the arrays, not a bound
+        method: the loop must not keep the refiner alive (a reference cycle would hold
+        all its device memory until the garbage collector runs)."""
+        g, st, lp, cur, k, locked, moved = (self.g, self.st, self.lp, self.cur, self.k,
+                                            self.locked, self.moved)
+
+        def iteration(handle, status_ptr):
+            lp.round(g, cur, k, locked, None, moved, st.target)
+            launch(kernel(_LOOP, "copy_locks"), g.n, locked, moved, i64(g.n))
+            st.apply(True, handle, status_ptr)
+
+        return iteration
+
+    def _rebalance(self, weak: bool) -> None:
+        g, st = self.g, self.st
+        self.table = self.table or TableScratch(g.xadj, 1)
+        if weak:
+            moves, dest = rebalance_gpu.weak_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, self.cur,
+                                                   self.k, self.lmax, g.prefix, st.bw,
+                                                   self.seed, self.table)
         else:
-            if weak_runs < max_weak:
-                moves, dest = rebalance_gpu.weak_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, cur, k,
-                                                       lmax, g.prefix, st.bw, seed)
-                st.target[moves] = dest[moves]
-                weak_runs += 1
-            else:
-                moves, full = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, cur,
-                                                         k, lmax, g.prefix, st.bw)
-                st.target[moves] = full[moves]
+            moves, dest = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, self.cur,
+                                                     self.k, self.lmax, g.prefix, st.bw,
+                                                     self.table)
+        st.target[moves] = dest[moves]
+        st.apply(False, np.uint64(0), np.uint64(st.status.ctypes.data))
+        cp.cuda.get_current_stream().synchronize()
+
+    def run(self, filter_ratio: float) -> None:
+        """One refinement pass (jet_cpu.jet_refine's loop) from the current ``cur``;
+        the pass's best partition ends in ``st.best``."""
+        st = self.st
+        if self.passes:
+            st.restart()
+            self.locked.fill(0)
+        self.passes += 1
+        self.lp.ratio.fill(filter_ratio)
+        maxw, it, stop = st.maxw, 0, False
+        weak_runs = 0
+        while it < self.max_iters and not stop:
+            if maxw <= self.lmax:
+                if self.loop is None:
+                    self.loop = cuda_graphs.DeviceLoop(self._lp_body(), self.graph_mode)
+                self.loop.run()
                 weak_runs = 0
-            st.apply(False, np.uint64(0), np.uint64(st.status.ctypes.data))
-            cp.cuda.get_current_stream().synchronize()
-            status = st.status
-        it, maxw, stop = int(status[_S_IT]), int(status[_S_MAXW]), bool(status[_S_STOP])
-    best_cost = float(st.fctl[_F_BEST:_F_BEST + 1].get()[0])
-    if g.adjwgt.dtype == cp.float64:
-        # incremental float updates drift in the last bits: report a fresh sum
-        best_cost = cost(g.xadj, g.adjncy, g.adjwgt, st.best, g.prefix_h, g.dist_h)
-    return st.best, best_cost
+                status = self.loop.status
+            else:
+                weak = weak_runs < self.max_weak
+                self._rebalance(weak)
+                weak_runs = weak_runs + 1 if weak else 0
+                status = st.status
+            it, maxw, stop = int(status[_S_IT]), int(status[_S_MAXW]), bool(status[_S_STOP])
 
-
-def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
-                 filter_ratios=ULTRA_FILTER_RATIOS, max_iters=12, phi=0.999, max_weak=2,
-                 seed=0) -> tuple[cp.ndarray, float]:
-    """Jet's "ultra" refinement: :func:`jet_refine` once per filter ratio, each pass
-    continuing from the previous result. Returns ``(part, cost)``."""
-    result, value = as_device(part, cp.int32), None
-    for ratio in filter_ratios:
-        result, value = jet_refine(xadj, adjncy, adjwgt, vwgt, result, k, lmax, prefix, dist,
-                                   filter_ratio=ratio, max_iters=max_iters, phi=phi,
-                                   max_weak=max_weak, seed=seed)
-    if value is None:
-        value = cost(xadj, adjncy, adjwgt, result, prefix, dist)
-    return result, value
+    def best_cost(self) -> float:
+        """The cost of ``st.best`` (of the last pass)."""
+        g = self.g
+        if g.adjwgt.dtype == cp.float64:
+            # incremental float updates drift in the last bits: report a fresh sum
+            return cost(g.xadj, g.adjncy, g.adjwgt, self.st.best, g.prefix_h, g.dist_h)
+        return float(self.st.fctl[_F_BEST:_F_BEST + 1].get()[0])

@@ -6,8 +6,9 @@ Steps and how they relate to the CPU twin
 -----------------------------------------
 1. **Proposal** (``rebalance_propose`` in ``cuda/rebalance.cu``, one thread per vertex):
    the twin of ``_rebalance_propose``. Connectivities are summed in neighbour order into
-   a per-vertex scratch slice at ``xadj[u]`` of length ``deg(u)`` (block ids and float64
-   sums), so they are the CPU's sums bit for bit, with no cap on the degree. The best
+   a per-vertex table of ``deg(u)`` (block id, float64 sum) entries, in the thread's
+   local memory or, for high degrees, in a :class:`.gpu_common.TableScratch`, so they
+   are the CPU's sums bit for bit, with no cap on the degree. The best
    block, the hashed fallback block (same ``mix64`` hash and seed key) and ``-2`` are
    chosen by the CPU's rules. **Bit-identical** ``dest`` and ``bucket``.
 2. **Gain buckets**: the CPU computes ``MID + ceil(log(x) / log(1.5))`` with the host's
@@ -148,19 +149,19 @@ def _sort_by_segment(ids: cp.ndarray, seg: cp.ndarray, bucket: cp.ndarray):
 
 
 def _propose(xadj, adjncy, fwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
-             valid_cum, valid_ids, seed_key, fallback):
+             valid_cum, valid_ids, seed_key, fallback, table=None):
     """Run the proposal kernel; return ``(dest, bucket)`` (int32, length n)."""
     n = part.size
     thr = cp.asarray(_bucket_thresholds())
-    skey = cp.empty(adjncy.size, dtype=cp.int32)
-    sval = cp.empty(adjncy.size, dtype=cp.float64)
+    if table is None:
+        table = gc.TableScratch(xadj, 1)
     dest = cp.empty(n, dtype=cp.int32)
     bucket = cp.empty(n, dtype=cp.int32)
     gc.launch(gc.kernel(_CU, "rebalance_propose"), n,
               xadj, adjncy, fwgt, vwgt, part, bw, gc.i64(lmax), heavy, dest_ok,
               gc.i64(1 if fallback else 0), prefix, gc.i64(prefix.size),
               valid_cum, valid_ids, np.uint64(seed_key), thr, gc.i64(thr.size), gc.i64(n),
-              skey, sval, dest, bucket)
+              table.offset, table.keys, table.vals, dest, bucket)
     return dest, bucket
 
 
@@ -279,8 +280,11 @@ def _device_args(xadj, adjncy, fwgt, vwgt, part, prefix, bw):
 # ------------------------------------------------------------------ rebalancers
 def weak_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: cp.ndarray,
                part: cp.ndarray, k: int, lmax: int, prefix: cp.ndarray, bw: cp.ndarray,
-               seed: int) -> tuple[cp.ndarray, cp.ndarray]:
+               seed: int, table: gc.TableScratch | None = None) -> tuple[cp.ndarray, cp.ndarray]:
     """Weak rebalancing, bit-identical to ``jet_cpu._weak_moves``.
+
+    ``table``: the proposal kernel's scratch for this graph (``TableScratch(xadj, 1)``),
+    made here when not given; a caller that rebalances repeatedly passes its own.
 
     Returns ``(moves, dest)``: ascending int32 ids of the vertices to move and the full
     int32 proposal array (``dest[u]`` is the destination of every moving ``u``; -1 at
@@ -297,16 +301,18 @@ def weak_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: cp.
     valid_ids = cp.flatnonzero(dest_ok).astype(cp.int32)
     heavy = 1.5 * (bw.astype(cp.float64) - opt)  # same IEEE operations as the CPU
     dest, bucket = _propose(xadj, adjncy, fwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
-                            valid_cum, valid_ids, _seed_key(seed), True)
+                            valid_cum, valid_ids, _seed_key(seed), True, table)
     moves = _select_prefix(part, vwgt, dest, bucket, bw, lmax)
     return moves.astype(cp.int32), dest
 
 
 def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: cp.ndarray,
                  part: cp.ndarray, k: int, lmax: int, prefix: cp.ndarray,
-                 bw: cp.ndarray) -> tuple[cp.ndarray, cp.ndarray]:
+                 bw: cp.ndarray, table: gc.TableScratch | None = None
+                 ) -> tuple[cp.ndarray, cp.ndarray]:
     """Strong rebalancing with the thresholds and limit loop of ``jet_cpu._strong_moves``
-    and a parallel assignment (module docstring, step 4).
+    and a parallel assignment (module docstring, step 4); ``table`` as for
+    :func:`weak_moves`.
 
     Returns ``(moves, target)``: ascending int32 ids and the full int32 target array
     (-1 at vertices that stay).
@@ -334,7 +340,7 @@ def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: c
         dest_ok = (rem > 0).astype(cp.uint8)
         heavy = cp.full(k, max_rem + 1, dtype=cp.float64)  # only vertices that fit somewhere
         dest, bucket = _propose(xadj, adjncy, fwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
-                                cp.zeros(k + 1, dtype=cp.int64), no_ids, 0, False)
+                                cp.zeros(k + 1, dtype=cp.int64), no_ids, 0, False, table)
         chosen = _select_prefix(part, vwgt, dest, bucket, bw, lmax)
         if _strong_assign(part, vwgt, dest, bucket, chosen, rem, sizes, target):
             return cp.flatnonzero(target >= 0).astype(cp.int32), target

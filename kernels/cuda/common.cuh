@@ -31,6 +31,12 @@ __device__ __forceinline__ double distance(i64 p, i64 q, const i64* __restrict__
     return p == q ? 0.0 : dist[level_index(p, q, prefix)];
 }
 
+// Per-vertex connectivity tables of at most LOCAL_TABLE entries live in the thread's
+// local memory (stack arrays: no global scratch, interleaved across a warp by the
+// hardware); larger ones live in global scratch at the offset that
+// gpu_common.TableScratch assigns (LOCAL_TABLE there must match).
+#define LOCAL_TABLE 64
+
 // One thread per item with a grid-stride loop: correct for any launch geometry.
 #define GRID_STRIDE(i, count)                                                   \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(count); \

@@ -9,13 +9,14 @@
 
 // ------------------------------------------------------------------ connectivity table
 // Per-vertex map key -> summed weight, key = t * k + (level-t group of a neighbour's
-// block); t = 0 holds plain block connectivities. Vertex u owns the scratch region
-// [xadj[u] * nlev, xadj[u + 1] * nlev): at most deg(u) * nlev distinct keys can occur,
-// so the region never overflows. Small regions are searched linearly (entries packed
-// at the front, `used` of them); larger ones are open-addressing hash tables with
-// linear probing (empty slot: key -1). Either way a key's value is summed in
-// neighbour order, as the CPU's dense table is.
-#define LINEAR_MAX 64
+// block); t = 0 holds plain block connectivities. At most deg(u) * nlev distinct keys
+// can occur, so a table of that capacity never overflows. Tables of up to LOCAL_TABLE
+// entries are arrays in the thread's local memory, searched linearly (entries packed
+// at the front, `used` of them); larger ones live in global scratch at spill[u]
+// (gpu_common.TableScratch) as open-addressing hash tables with linear probing (empty
+// slot: key -1). Either way a key's value is summed in neighbour order, as the CPU's
+// dense table is.
+#define LINEAR_MAX LOCAL_TABLE
 
 struct ConnTable {
     int* keys;
@@ -84,14 +85,18 @@ __device__ __forceinline__ int group_key(i64 t, i64 b, i64 k, const i64* __restr
 
 // ------------------------------------------------------------------ LP: first filter
 // Twin of jet_cpu._lp_propose: best adjacent block of every unlocked boundary vertex.
-// div[t] = P_t (P_0 = 1), delta[t] = d_{t+1} - d_t; nlev = 1 in cut mode.
+// div[t] = P_t (P_0 = 1), delta[t] = d_{t+1} - d_t; nlev = 1 in cut mode. The filter
+// ratio is read from device memory, so one captured graph serves every ratio of Jet's
+// ultra schedule.
 // Writes dest[u] (-1: no candidate) and gain[u] for every u.
 extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
                                       const double* __restrict__ w, const int* __restrict__ part,
                                       const unsigned char* __restrict__ locked,
                                       const i64* __restrict__ div, const double* __restrict__ delta,
-                                      i64 n, i64 k, i64 nlev, i64 cut_mode, double filter_ratio,
-                                      int* __restrict__ keys, double* __restrict__ vals,
+                                      i64 n, i64 k, i64 nlev, i64 cut_mode,
+                                      const double* __restrict__ filter_ratio,
+                                      const i64* __restrict__ spill, int* __restrict__ keys,
+                                      double* __restrict__ vals,
                                       int* __restrict__ dest, double* __restrict__ gain) {
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 u = (i64)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
@@ -110,7 +115,11 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
         }
         if (!boundary) continue;
 
-        ConnTable T = table_open(keys, vals, lo * nlev, (hi - lo) * nlev);
+        int local_keys[LOCAL_TABLE];
+        double local_vals[LOCAL_TABLE];
+        const i64 cap = (hi - lo) * nlev;
+        ConnTable T = spill[u] < 0 ? table_open(local_keys, local_vals, 0, cap)
+                                   : table_open(keys, vals, spill[u], cap);
         for (i64 e = lo; e < hi; ++e) {
             const i64 b = part[adjncy[e]];
             for (i64 t = 0; t < nlev; ++t) table_add(T, group_key(t, b, k, div), w[e]);
@@ -143,7 +152,7 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
         }
         if (best_b >= 0) {
             bool ok = best_g >= 0.0;
-            if (cut_mode && !ok) ok = -best_g < floor(__dmul_rn(filter_ratio, own));
+            if (cut_mode && !ok) ok = -best_g < floor(__dmul_rn(*filter_ratio, own));
             if (ok) {
                 dest[u] = (int)best_b;
                 gain[u] = best_g;

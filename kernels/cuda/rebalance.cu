@@ -41,9 +41,10 @@ __device__ __forceinline__ int fallback_block(i64 u, int a, const i64* __restric
 // A vertex of an overloaded block with vwgt < heavy[block] proposes its best-connected
 // adjacent block with dest_ok (ties: smallest id), else (fallback != 0) a hashed block
 // of the nearest level group, else -2 ("anywhere"). dest[u] = -1 marks non-candidates.
-// Connectivities are summed in neighbour order into the vertex's own scratch slice
-// [xadj[u], xadj[u+1]) of skey/sval (at most deg(u) distinct blocks), so the float sums
-// are the CPU's, bit for bit, with no cap on the degree.
+// Connectivities are summed in neighbour order into a table of (block, sum) pairs with
+// room for deg(u) entries (at most deg(u) distinct blocks): in the thread's local memory
+// when deg(u) <= LOCAL_TABLE, else at spill[u] in skey/sval (gpu_common.TableScratch).
+// So the float sums are the CPU's, bit for bit, with no cap on the degree.
 extern "C" __global__ void rebalance_propose(
     const i64* __restrict__ xadj, const int* __restrict__ adjncy,
     const double* __restrict__ fwgt, const i64* __restrict__ vwgt,
@@ -51,7 +52,7 @@ extern "C" __global__ void rebalance_propose(
     const double* __restrict__ heavy, const unsigned char* __restrict__ dest_ok,
     i64 fallback, const i64* __restrict__ prefix, i64 nlev,
     const i64* __restrict__ valid_cum, const int* __restrict__ valid_ids, u64 seed_key,
-    const double* __restrict__ thr, i64 nthr, i64 n,
+    const double* __restrict__ thr, i64 nthr, i64 n, const i64* __restrict__ spill,
     int* __restrict__ skey, double* __restrict__ sval,
     int* __restrict__ dest, int* __restrict__ bucket) {
     for (i64 u = blockIdx.x * (i64)blockDim.x + threadIdx.x; u < n;
@@ -60,25 +61,28 @@ extern "C" __global__ void rebalance_propose(
         bucket[u] = 0;
         int a = part[u];
         if (bw[a] <= lmax || !((double)vwgt[u] < heavy[a])) continue;
-        i64 base = xadj[u];
+        int local_keys[LOCAL_TABLE];
+        double local_vals[LOCAL_TABLE];
+        int* tkey = spill[u] < 0 ? local_keys : skey + spill[u];
+        double* tval = spill[u] < 0 ? local_vals : sval + spill[u];
         i64 nt = 0;
-        for (i64 e = base; e < xadj[u + 1]; ++e) {
+        for (i64 e = xadj[u]; e < xadj[u + 1]; ++e) {
             int b = part[adjncy[e]];
             i64 i = 0;
-            while (i < nt && skey[base + i] != b) ++i;
+            while (i < nt && tkey[i] != b) ++i;
             if (i == nt) {
-                skey[base + nt] = b;
-                sval[base + nt] = 0.0;
+                tkey[nt] = b;
+                tval[nt] = 0.0;
                 ++nt;
             }
-            sval[base + i] += fwgt[e];
+            tval[i] += fwgt[e];
         }
         double own = 0.0;
         int best_b = -1;
         double best_c = 0.0;
         for (i64 i = 0; i < nt; ++i) {
-            int b = skey[base + i];
-            double c = sval[base + i];
+            int b = tkey[i];
+            double c = tval[i];
             if (b == a) {
                 own = c;
             } else if (dest_ok[b] && (best_b < 0 || c > best_c || (c == best_c && b < best_b))) {

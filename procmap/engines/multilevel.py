@@ -201,12 +201,15 @@ def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist,
         be = backend.of(g.xadj)
         if depth < len(levels) - 1:
             part = be.asarray(part)[g.cmap]  # project the coarser partition onto this level
-        refine = be.jet_refine if refinement == "jet" else be.isr_refine
-        # the filter ratios are Jet's; independent-set refinement has none: one pass
-        ratios = filter_schedule(ultra=ultra, finest=depth == 0) if refinement == "jet" else (0.0,)
-        for ratio in ratios:
-            part, value = refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, dist,
-                                 filter_ratio=ratio, seed=seed + depth, max_iters=jet_iters)
+        if refinement == "jet":
+            # one Jet pass per filter ratio (17 with ultra), sharing their setup
+            part, value = be.ultra_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                          prefix, dist, seed=seed + depth, max_iters=jet_iters,
+                                          filter_ratios=filter_schedule(ultra=ultra,
+                                                                        finest=depth == 0))
+        else:  # independent-set refinement has no filter ratio: one pass
+            part, value = be.isr_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                        prefix, dist, seed=seed + depth, max_iters=jet_iters)
         if fm and be.name == "cpu":  # FM is sequential: a CPU step
             value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
                                      dist)

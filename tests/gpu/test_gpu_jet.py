@@ -269,3 +269,25 @@ def test_ultra_refine_matches_cpu_when_lp_only():
                                filter_ratios=ratios)
     np.testing.assert_array_equal(got[0].get(), want[0])
     assert got[1] == want[1]
+
+
+@pytest.mark.parametrize("name", ["delaunay", "rand_float"])
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_ultra_refine_passes_equal_separate_jet_refines(name, mode):
+    """The passes of ultra_refine share one device state and loop graph; each must
+    behave as a fresh jet_refine from the previous result, rebalancing included."""
+    from procmap.kernels import jet_gpu
+    g = graph(name)
+    prefix, dist = MODES[mode]
+    k = int(prefix[-1])
+    part = cp.asarray(skewed(g.n, k))  # unbalanced: the first pass rebalances
+    lmax = lmax_of(g, k)
+    ratios = (0.85, 0.5, 0.05)
+    want, want_cost = part, None
+    for ratio in ratios:
+        want, want_cost = jet_gpu.jet_refine(*dev(g), want, k, lmax, prefix, dist,
+                                             filter_ratio=ratio)
+    got, got_cost = jet_gpu.ultra_refine(*dev(g), part, k, lmax, prefix, dist,
+                                         filter_ratios=ratios)
+    np.testing.assert_array_equal(got.get(), want.get())
+    assert got_cost == want_cost
