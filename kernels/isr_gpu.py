@@ -8,10 +8,10 @@ rebalancing steps call :mod:`.rebalance_gpu` as ``jet_gpu.jet_refine`` does.
 
 One ISR step (``cuda/isr.cu`` plus CuPy sorts and prefix sums)
 -------------------------------------------------------------
-1. ``isr_propose`` -- one thread per vertex: connectivities per level group in a
-   per-vertex open-addressing table in global scratch (``deg(u) * l`` slots at
-   ``xadj[u] * l``: no cap on the degree or on the number of adjacent blocks), then
-   the best legal destination.
+1. ``isr_propose`` -- one thread per vertex: connectivities per level group in the
+   per-vertex table of the LP kernels (``cuda/conn_table.cuh``: ``deg(u) * l`` entries,
+   in local memory or, for high degrees, a hash table in global scratch; no cap on the
+   degree or on the number of adjacent blocks), then the best legal destination.
 2. ``isr_independent`` -- one thread per vertex: the priority rule.
 3. Selection, over fixed-size arrays: ``isr_sort_keys`` + a stable ``cp.argsort`` over
    all ``n`` vertices give the move order (gain desc, id asc; unselected vertices
@@ -60,7 +60,7 @@ import cupy as cp
 import numpy as np
 
 from . import objective_gpu
-from .gpu_common import as_device, i64, kernel, launch
+from .gpu_common import TableScratch, as_device, i64, kernel, launch
 from .isr_cpu import HARD_CAP, step_key
 from .jet_cpu import _cost_of, _judge
 from .jet_gpu import _Graph, block_weights, cost
@@ -111,9 +111,7 @@ class _ISR:
 
     def __init__(self, g: _Graph, k: int):
         n = g.n
-        slots = max(1, int(g.adjncy.size) * g.nlev)
-        self.keys = cp.empty(slots, dtype=cp.int32)
-        self.vals = cp.empty(slots, dtype=cp.float64)
+        self.table = TableScratch(g.xadj, g.nlev)
         self.dest = cp.empty(n, dtype=cp.int32)
         self.gain = cp.empty(n, dtype=cp.float64)
         self.sel = cp.empty(n, dtype=cp.uint8)
@@ -131,8 +129,8 @@ class _ISR:
         """Steps 1 and 2: ``dest``, ``gain`` and ``sel`` of every vertex."""
         launch(kernel(_SRC, "isr_propose"), g.n,
                g.xadj, g.adjncy, g.fwgt, g.vwgt, part, bw, i64(lmax), g.div, g.delta,
-               i64(g.n), i64(k), i64(g.nlev), i64(g.cut_mode), self.keys, self.vals,
-               self.dest, self.gain)
+               i64(g.n), i64(k), i64(g.nlev), i64(g.cut_mode), self.table.offset,
+               self.table.keys, self.table.vals, self.dest, self.gain)
         launch(kernel(_SRC, "isr_independent"), g.n,
                g.xadj, g.adjncy, self.dest, self.gain, np.uint64(key), i64(g.n), self.sel)
 

@@ -7,47 +7,9 @@
 // would contract a * b + c into a fused multiply-add, the CPU never does, and one
 // rounding less is enough to flip a comparison.
 #include "common.cuh"
+#include "conn_table.cuh"
 
 #define LLONG_MAX_ 0x7FFFFFFFFFFFFFFFLL
-
-// ------------------------------------------------------------------ connectivity table
-// Vertex u owns the slots [base, base + cap) of keys/vals with base = xadj[u] * nlev and
-// cap = deg(u) * nlev: at most that many distinct keys t * k + group occur, so the table
-// never overflows. Open addressing with linear probing; empty slot: key -1. Each key's
-// value is summed in neighbour order, exactly as the CPU's dense table.
-
-// Slot holding `key`, else the empty slot where it would go, else -1 (full, absent).
-__device__ __forceinline__ i64 probe(const int* __restrict__ keys, i64 base, i64 cap, int key) {
-    i64 h = base + (i64)(mix64((u64)(unsigned)key) % (u64)cap);
-    for (i64 s = 0; s < cap; ++s) {
-        const int kk = keys[h];
-        if (kk == key || kk == -1) return h;
-        h = (h + 1 == base + cap) ? base : h + 1;
-    }
-    return -1;
-}
-
-__device__ __forceinline__ void table_add(int* __restrict__ keys, double* __restrict__ vals,
-                                          i64 base, i64 cap, int key, double w) {
-    const i64 s = probe(keys, base, cap, key);  // never -1: distinct keys <= cap
-    if (keys[s] != key) {
-        keys[s] = key;
-        vals[s] = 0.0;
-    }
-    vals[s] = __dadd_rn(vals[s], w);
-}
-
-// Summed weight of `key` (0 when no neighbour contributed: the CPU's untouched entry).
-__device__ __forceinline__ double table_get(const int* __restrict__ keys,
-                                            const double* __restrict__ vals, i64 base, i64 cap,
-                                            int key) {
-    const i64 s = probe(keys, base, cap, key);
-    return (s >= 0 && keys[s] == key) ? vals[s] : 0.0;
-}
-
-__device__ __forceinline__ int group_key(i64 t, i64 b, i64 k, const i64* __restrict__ div) {
-    return (int)(t * k + b / div[t]);
-}
 
 // ------------------------------------------------------------------ step 1: candidates
 // Twin of isr_cpu._isr_propose: best legal destination (gain > 0, vwgt[u] + bw[dst] <=
@@ -58,8 +20,9 @@ extern "C" __global__ void isr_propose(const i64* __restrict__ xadj, const int* 
                                        const int* __restrict__ part, const i64* __restrict__ bw,
                                        i64 lmax, const i64* __restrict__ div,
                                        const double* __restrict__ delta, i64 n, i64 k, i64 nlev,
-                                       i64 cut_mode, int* __restrict__ keys,
-                                       double* __restrict__ vals, int* __restrict__ dest,
+                                       i64 cut_mode, const i64* __restrict__ spill,
+                                       int* __restrict__ keys, double* __restrict__ vals,
+                                       int* __restrict__ dest,
                                        double* __restrict__ gain) {
     GRID_STRIDE(u, n) {
         dest[u] = -1;
@@ -70,31 +33,34 @@ extern "C" __global__ void isr_propose(const i64* __restrict__ xadj, const int* 
         for (i64 e = lo; e < hi && !boundary; ++e) boundary = part[adjncy[e]] != a;
         if (!boundary) continue;  // interior: every gain is negative
 
-        const i64 base = lo * nlev, cap = (hi - lo) * nlev;
-        for (i64 s = 0; s < cap; ++s) keys[base + s] = -1;
+        int local_keys[LOCAL_TABLE];
+        double local_vals[LOCAL_TABLE];
+        const i64 cap = (hi - lo) * nlev;
+        ConnTable T = spill[u] < 0 ? table_open(local_keys, local_vals, 0, cap)
+                                   : table_open(keys, vals, spill[u], cap);
         for (i64 e = lo; e < hi; ++e) {
             const i64 b = part[adjncy[e]];
-            for (i64 t = 0; t < nlev; ++t)
-                table_add(keys, vals, base, cap, group_key(t, b, k, div), w[e]);
+            for (i64 t = 0; t < nlev; ++t) table_add(T, group_key(t, b, k, div), w[e]);
         }
-        const double own = table_get(keys, vals, base, cap, (int)a);
+        const double own = table_get(T, (int)a);
         const i64 room = lmax - vwgt[u];
         i64 best_b = -1;
         double best_g = 0.0;
         // level-0 keys (< k) are the adjacent blocks; the winner does not depend on the
-        // order in which the slots list them
-        for (i64 s = 0; s < cap; ++s) {
-            const int key = keys[base + s];
+        // order in which the table lists them
+        const i64 extent = table_extent(T);
+        for (i64 i = 0; i < extent; ++i) {
+            const int key = T.keys[i];
             if (key < 0 || key >= k || key == a || bw[key] > room) continue;
             const i64 b = key;
             double g;
             if (cut_mode) {
-                g = __dsub_rn(vals[base + s], own);
+                g = __dsub_rn(T.vals[i], own);
             } else {
                 g = 0.0;
                 for (i64 t = 0; t < nlev; ++t) {
-                    const double wb = table_get(keys, vals, base, cap, group_key(t, b, k, div));
-                    const double wa = table_get(keys, vals, base, cap, group_key(t, a, k, div));
+                    const double wb = table_get(T, group_key(t, b, k, div));
+                    const double wa = table_get(T, group_key(t, a, k, div));
                     g = __dadd_rn(g, __dmul_rn(delta[t], __dsub_rn(wb, wa)));
                 }
             }

@@ -1,0 +1,79 @@
+// Per-vertex connectivity tables of the LP and ISR kernels (jet.cu, isr.cu).
+//
+// Per-vertex map key -> summed weight, key = t * k + (level-t group of a neighbour's
+// block); t = 0 holds plain block connectivities. At most deg(u) * nlev distinct keys
+// can occur, so a table of that capacity never overflows. Tables of up to LOCAL_TABLE
+// entries are arrays in the thread's local memory, searched linearly (entries packed
+// at the front, `used` of them); larger ones live in global scratch at spill[u]
+// (gpu_common.TableScratch) as open-addressing hash tables with linear probing (empty
+// slot: key -1). Either way a key's value is summed in neighbour order, as the CPU's
+// dense table is.
+#pragma once
+#include "common.cuh"
+
+#define LINEAR_MAX LOCAL_TABLE
+
+struct ConnTable {
+    int* keys;
+    double* vals;
+    i64 cap;
+    i64 used;
+    bool hashed;
+};
+
+__device__ __forceinline__ ConnTable table_open(int* keys, double* vals, i64 begin, i64 cap) {
+    ConnTable T;
+    T.keys = keys + begin;
+    T.vals = vals + begin;
+    T.cap = cap;
+    T.used = 0;
+    T.hashed = cap > LINEAR_MAX;
+    if (T.hashed)
+        for (i64 i = 0; i < cap; ++i) T.keys[i] = -1;
+    return T;
+}
+
+// Slot of `key`, or -1 when absent (inserted with value 0 when `insert`).
+__device__ i64 table_slot(ConnTable& T, int key, bool insert) {
+    if (!T.hashed) {
+        for (i64 i = 0; i < T.used; ++i)
+            if (T.keys[i] == key) return i;
+        if (!insert) return -1;
+        T.keys[T.used] = key;
+        T.vals[T.used] = 0.0;
+        return T.used++;
+    }
+    i64 h = (i64)(mix64((u64)(unsigned)key) % (u64)T.cap);
+    // at most cap probes: a lookup of an absent key in a full table must stop
+    for (i64 step = 0; step < T.cap; ++step) {
+        const int kk = T.keys[h];
+        if (kk == key) return h;
+        if (kk == -1) {
+            if (!insert) return -1;
+            T.keys[h] = key;
+            T.vals[h] = 0.0;
+            return h;
+        }
+        h = (h + 1 == T.cap) ? 0 : h + 1;
+    }
+    return -1;  // unreachable for inserts (distinct keys <= cap)
+}
+
+__device__ __forceinline__ void table_add(ConnTable& T, int key, double w) {
+    const i64 s = table_slot(T, key, true);
+    T.vals[s] = __dadd_rn(T.vals[s], w);
+}
+
+__device__ __forceinline__ double table_get(ConnTable& T, int key) {
+    const i64 s = table_slot(T, key, false);
+    return s < 0 ? 0.0 : T.vals[s];
+}
+
+// Number of slots to scan when listing the keys (packed prefix or whole hash table).
+__device__ __forceinline__ i64 table_extent(const ConnTable& T) {
+    return T.hashed ? T.cap : T.used;
+}
+
+__device__ __forceinline__ int group_key(i64 t, i64 b, i64 k, const i64* __restrict__ div) {
+    return (int)(t * k + b / div[t]);
+}
