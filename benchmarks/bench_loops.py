@@ -4,10 +4,10 @@ graph (issue #5, deliverable 3).
 
 For each instance, ``im`` runs on the GPU once per loop mode (``PROCMAP_CUDA_GRAPHS``:
 ``off`` = host-driven loop, the "before"; ``auto`` = while node, or graph replay
-where while nodes are unavailable, the "after"). Every call of the GPU Jet loop is
-wrapped: a counting pass records the CUDA API calls of each call with CUPTI
-(:mod:`cuda_api_counter`), and a separate timing pass (no counter attached) gives
-the mapping time. Levels are the GPU levels of im's uncoarsening, finest last.
+where while nodes are unavailable, the "after"). Every call of the GPU Jet loop (one
+per level's filter schedule) is wrapped: a counting pass records the CUDA API calls of
+each call with CUPTI (:mod:`cuda_api_counter`), and a separate timing pass (no counter
+attached) gives the mapping time. Levels are the GPU levels of im's uncoarsening, finest last.
 
     python benchmarks/bench_loops.py --instances rgg20,rgg23 [--json out.json]
 """
@@ -36,16 +36,18 @@ def _run(graph, topo, seed, engine="im"):
 
 
 class _CountedLoop:
-    """Wraps ``jet_gpu.jet_refine`` (installed before the GPU backend is first built,
-    which keeps a reference to it) and records one entry per call while recording."""
+    """Wraps ``jet_gpu.ultra_refine``, which every GPU Jet refinement goes through
+    (``jet_refine`` is its one-ratio case; installed before the GPU backend is first
+    built, which keeps a reference to it), and records one entry per call -- one level's
+    filter schedule -- while recording."""
 
     def __init__(self, counter: ApiCounter):
         from procmap.kernels import jet_gpu
-        self.original = jet_gpu.jet_refine
+        self.original = jet_gpu.ultra_refine
         self.counter = counter
         self.calls: list[dict] = []
         self.recording = False
-        jet_gpu.jet_refine = self
+        jet_gpu.ultra_refine = self
 
     def __call__(self, *args, **kw):
         if not self.recording:

@@ -22,16 +22,17 @@ Kernels (``cuda/jet.cu``)
 Relation to the CPU twin
 ------------------------
 * Bit-identical: the LP proposals (destinations and gains, cut and distance mode),
-  the afterburner and therefore :func:`jet_lp`. Every vertex visits its neighbours
+  the afterburner and therefore :func:`jet_lp`; weak rebalancing. Every vertex visits its neighbours
   in CSR order, each connectivity is summed in neighbour order as in the CPU's
   dense table, gains use the same operation order with explicit IEEE rounding
   (``__dadd_rn``/``__dmul_rn``: NVRTC would otherwise fuse multiply-adds), and the
   tie rules (smallest block id; afterburner priority larger gain, then smaller id)
   select the same winner in any listing order.
 * Integer weights: traffic and block weights are exact, so a :func:`jet_refine`
-  that only runs LP rounds returns exactly the CPU's partition and cost. Rounds
-  that rebalance depend on :mod:`.rebalance_gpu`, which need not pick the CPU's
-  moves, so the results then differ (same balance guarantees, similar cost).
+  without strong rebalancing steps returns exactly the CPU's partition and cost.
+  Strong rebalancing assigns destinations in parallel (:mod:`.rebalance_gpu`), which
+  need not pick the CPU's moves, so results then differ (same balance guarantees,
+  similar cost).
 * Float weights: per-level traffic is summed in another order than on the CPU
   (deterministic row sums, see :mod:`.objective_gpu`), so costs agree to rounding
   and the loop's cost comparisons may, rarely, decide differently.
@@ -39,16 +40,17 @@ Relation to the CPU twin
 Host synchronisation
 --------------------
 The state (partition, block weights, traffic, locks, and the loop's control block:
-iteration counter, best cost, best max block weight) stays on the device, and the
-bookkeeping after every iteration runs there too (``loop_control`` in
-``cuda/jet_loop.cu``, the CPU loop's arithmetic in the CPU's order). A run of LP
-rounds is one :class:`.cuda_graphs.DeviceLoop`: its first round is launched directly
-and, if the device asks for more, the rest run as one CUDA while-node graph, with no
-host work per round; the host reads the loop's status from pinned memory once per
-run. Rebalancing iterations (weak, strong) are still driven from the host, with the
-readbacks of :mod:`.rebalance_gpu`; where LP and rebalancing alternate (``im``'s
-J-gain refinement) the loop is therefore as host-bound as before (measured with
-``benchmarks/bench_loops.py``). No per-vertex data crosses the bus inside the loop.
+iteration counter, best cost, best max block weight, the kind of the next iteration)
+stays on the device, and the bookkeeping after every iteration runs there too
+(``loop_control`` in ``cuda/jet_loop.cu``, the CPU loop's arithmetic and branch order).
+One loop body holds an LP round and a weak rebalancing step
+(:class:`.rebalance_gpu.WeakStep`: fixed sizes, no readback), each gated by the kind
+the control block names, so a run of LP and weak iterations is one
+:class:`.cuda_graphs.DeviceLoop`: its first iteration is launched directly and, if the
+device asks for more, the rest run as one CUDA while-node graph, with no host work per
+iteration. Only strong rebalancing (a data-dependent host loop over limits and
+levels) returns to the host. The host reads the loop's status from pinned memory
+once per run. No per-vertex data crosses the bus inside the loop.
 """
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ __all__ = ["BUCKET_RATIO", "MID_BUCKET", "NUM_BUCKETS", "ULTRA_FILTER_RATIOS", "
            "cost", "filter_schedule", "jet_lp", "jet_refine", "ultra_refine"]
 
 _SRC = "jet.cu"
+_NO_GATE = np.uint64(0)  # null control-block pointer: gated kernels always run
 
 
 # ------------------------------------------------------------------ inputs
@@ -126,19 +129,22 @@ class _LP:
         self.dest = cp.empty(n, dtype=cp.int32)
         self.gain = cp.empty(n, dtype=cp.float64)
 
-    def round(self, g: _Graph, part, k: int, locked, filter_ratio, move, target) -> None:
+    def round(self, g: _Graph, part, k: int, locked, filter_ratio, move, target,
+              gate=None) -> None:
         """Both filters: ``move[u] = 1`` / ``target[u] = dest`` for the vertices to move,
         ``0`` / ``-1`` for all others (no synchronisation). ``filter_ratio=None`` keeps
-        the ratio set last (a captured round reads it from device memory)."""
+        the ratio set last (a captured round reads it from device memory). ``gate``: the
+        loop's control block; the kernels then run only when it says an LP iteration."""
+        gate = _NO_GATE if gate is None else gate
         if filter_ratio is not None:
             self.ratio.fill(filter_ratio)
         launch(kernel(_SRC, "lp_propose"), g.n,
                g.xadj, g.adjncy, g.fwgt, part, locked, g.div, g.delta,
                i64(g.n), i64(k), i64(g.nlev), i64(g.cut_mode), self.ratio,
-               self.table.offset, self.table.keys, self.table.vals, self.dest, self.gain)
+               self.table.offset, self.table.keys, self.table.vals, self.dest, self.gain, gate)
         launch(kernel(_SRC, "lp_afterburn"), g.n,
                g.xadj, g.adjncy, g.fwgt, part, g.prefix, g.dist,
-               i64(g.n), i64(g.cut_mode), self.dest, self.gain, move, target)
+               i64(g.n), i64(g.cut_mode), self.dest, self.gain, move, target, gate)
 
 
 def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None,
@@ -166,9 +172,12 @@ _PARTIALS = 256
 _THREADS = 256  # REDUCE_THREADS in cuda/jet_loop.cu
 _LOOP = "jet_loop.cu"
 # words of the control block (C_* / F_* / S_* in cuda/jet_loop.cu)
-_C_IT, _C_BEST_MAXW, _C_ROUNDS = 0, 3, 6
+_C_IT, _C_MAXW, _C_BEST_MAXW, _C_ROUNDS, _C_MODE, _C_WEAK = 0, 2, 3, 6, 7, 8
+_CTL_WORDS = 10
 _F_COST, _F_BEST = 0, 1
-_S_IT, _S_MAXW, _S_STOP, _S_ROUNDS = 1, 2, 3, 4
+_S_IT, _S_MAXW, _S_STOP, _S_ROUNDS, _S_MODE = 1, 2, 3, 4, 5
+# kinds of iteration (MODE_* in cuda/common.cuh)
+MODE_LP, MODE_WEAK, MODE_STRONG = 0, 1, 2
 
 
 class _State:
@@ -176,8 +185,10 @@ class _State:
     traffic per level, and the loop's control block (iteration counter, best cost...),
     which ``loop_control`` (cuda/jet_loop.cu) updates after every iteration."""
 
-    def __init__(self, g: _Graph, part, k: int, lmax: int, max_iters: int, phi: float):
+    def __init__(self, g: _Graph, part, k: int, lmax: int, max_iters: int, phi: float,
+                 max_weak: int):
         self.g, self.k, self.lmax, self.max_iters, self.phi = g, k, lmax, max_iters, phi
+        self.max_weak = max_weak
         self.part = part
         self.best = part.copy()
         self.bw = cp.zeros(k, dtype=cp.int64)
@@ -187,7 +198,7 @@ class _State:
         self.rows = cp.zeros((g.nlev + 1, objective_gpu._rows(g.n)), dtype=g.adjwgt.dtype)
         self.partial = cp.zeros((g.nlev + 1) * _PARTIALS, dtype=g.adjwgt.dtype)
         self.suffix = "f64" if g.adjwgt.dtype == cp.float64 else "i64"
-        self.ctl = cp.zeros(8, dtype=cp.int64)
+        self.ctl = cp.zeros(_CTL_WORDS, dtype=cp.int64)
         self.fctl = cp.zeros(2, dtype=cp.float64)
         # where rebalancing iterations (run from the host) report: pinned, no copy
         self.status = cupyx.empty_pinned(8, dtype=np.int64)
@@ -205,13 +216,18 @@ class _State:
         self.count.fill(0)
         maxw = int(self.bw.max())
         cost0 = _cost_of(self.traffic.get(), g.dist_h)
-        self.ctl.set(np.array([0, 0, maxw, maxw, 0, 0, 0, 0], dtype=np.int64))
+        # the CPU loop's first branch: LP when balanced, else weak (if allowed), else strong
+        mode = MODE_LP if maxw <= self.lmax else MODE_WEAK if self.max_weak > 0 else MODE_STRONG
+        ctl = np.zeros(_CTL_WORDS, dtype=np.int64)
+        ctl[[_C_MAXW, _C_BEST_MAXW, _C_MODE]] = maxw, maxw, mode
+        self.ctl.set(ctl)
         self.fctl.set(np.array([cost0, cost0], dtype=np.float64))
-        self.maxw, self.cost0 = maxw, cost0
+        self.maxw, self.cost0, self.mode = maxw, cost0, mode
 
-    def apply(self, lp_round: bool, handle: np.uint64, status_ptr: np.uint64) -> None:
+    def apply(self, kind: int, handle: np.uint64, status_ptr: np.uint64) -> None:
         """Execute the moves marked in ``target`` (twin of ``jet_cpu._apply``), then the
-        loop's bookkeeping for this iteration (no synchronisation, no allocation)."""
+        loop's bookkeeping for this iteration (no synchronisation, no allocation).
+        ``kind``: the iteration's MODE_*, or -1 for the one the control block names."""
         g = self.g
         rows = self.rows.shape[1]
         self.rows.fill(0)
@@ -225,8 +241,8 @@ class _State:
         kernel(_LOOP, "loop_control_" + self.suffix)(
             (1,), (_THREADS,),
             (self.partial, i64(_PARTIALS), self.traffic, i64(g.nlev), g.dist, self.bw,
-             i64(self.k), i64(self.lmax), self.ctl, self.fctl, self.count, i64(int(lp_round)),
-             i64(self.max_iters), f64(self.phi), handle, status_ptr))
+             i64(self.k), i64(self.lmax), self.ctl, self.fctl, self.count, i64(kind),
+             i64(self.max_iters), i64(self.max_weak), f64(self.phi), handle, status_ptr))
         launch(kernel(_LOOP, "copy_if_improved"), g.n, self.best, self.part, i64(g.n), self.ctl)
 
 
@@ -305,48 +321,50 @@ def _load_loop_kernels(suffix: str) -> None:
 class _Refiner:
     """One refinement problem on the device (graph, partition ``cur``, limits), run
     for one or more passes (:meth:`run`); everything a pass needs is allocated once,
-    and the LP loop graph is captured once, by the first pass that needs it."""
+    and the loop graph is captured once, by the first pass that needs it.
+
+    The loop body holds an LP round *and* a weak rebalancing step, each gated by the
+    kind of iteration the control block names, so runs of LP and weak iterations --
+    im's J-gain refinement alternates them -- stay on the device; only strong
+    rebalancing (a data-dependent host loop) returns to the host.
+    """
 
     def __init__(self, g: _Graph, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode):
         self.g, self.cur, self.k, self.lmax = g, cur, k, lmax
-        self.max_iters, self.max_weak, self.seed, self.graph_mode = (max_iters, max_weak,
-                                                                     seed, graph_mode)
-        self.st = _State(g, cur, k, lmax, max_iters, phi)
+        self.max_iters, self.seed, self.graph_mode = max_iters, seed, graph_mode
+        self.st = _State(g, cur, k, lmax, max_iters, phi, max_weak)
         _load_loop_kernels(self.st.suffix)
         self.lp = _LP(g)
         self.locked = cp.zeros(g.n, dtype=cp.uint8)  # the vertices moved by the last LP round
         self.moved = cp.empty(g.n, dtype=cp.uint8)
-        self.loop = None   # DeviceLoop of LP rounds, made on the first balanced iteration
-        self.table = None  # the rebalancers' scratch, made on first use
+        self.table = TableScratch(g.xadj, 1)          # the rebalancers' connectivity tables
+        self.weak = rebalance_gpu.WeakStep(g.n, k)
+        self.loop = None   # the DeviceLoop, made on the first LP or weak iteration
         self.passes = 0
 
-    def _lp_body(self):
-        """One LP iteration as a DeviceLoop body. A closure over the arrays, not a bound
-        method: the loop must not keep the refiner alive (a reference cycle would hold
-        all its device memory until the garbage collector runs)."""
-        g, st, lp, cur, k, locked, moved = (self.g, self.st, self.lp, self.cur, self.k,
-                                            self.locked, self.moved)
+    def _body(self):
+        """One LP-or-weak iteration as a DeviceLoop body. A closure over the arrays, not
+        a bound method: the loop must not keep the refiner alive (a reference cycle
+        would hold all its device memory until the garbage collector runs)."""
+        g, st, lp, weak, table = self.g, self.st, self.lp, self.weak, self.table
+        cur, k, lmax, seed, locked, moved = (self.cur, self.k, self.lmax, self.seed,
+                                             self.locked, self.moved)
 
         def iteration(handle, status_ptr):
-            lp.round(g, cur, k, locked, None, moved, st.target)
-            launch(kernel(_LOOP, "copy_locks"), g.n, locked, moved, i64(g.n))
-            st.apply(True, handle, status_ptr)
+            lp.round(g, cur, k, locked, None, moved, st.target, gate=st.ctl)
+            launch(kernel(_LOOP, "copy_locks"), g.n, locked, moved, i64(g.n), st.ctl)
+            weak.enqueue(g.xadj, g.adjncy, g.fwgt, g.vwgt, cur, st.bw, lmax, g.prefix, seed,
+                         table, st.target, st.ctl)
+            st.apply(-1, handle, status_ptr)
 
         return iteration
 
-    def _rebalance(self, weak: bool) -> None:
+    def _strong(self) -> None:
         g, st = self.g, self.st
-        self.table = self.table or TableScratch(g.xadj, 1)
-        if weak:
-            moves, dest = rebalance_gpu.weak_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, self.cur,
-                                                   self.k, self.lmax, g.prefix, st.bw,
-                                                   self.seed, self.table)
-        else:
-            moves, dest = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, self.cur,
-                                                     self.k, self.lmax, g.prefix, st.bw,
-                                                     self.table)
+        moves, dest = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, self.cur,
+                                                 self.k, self.lmax, g.prefix, st.bw, self.table)
         st.target[moves] = dest[moves]
-        st.apply(False, np.uint64(0), np.uint64(st.status.ctypes.data))
+        st.apply(MODE_STRONG, np.uint64(0), np.uint64(st.status.ctypes.data))
         cp.cuda.get_current_stream().synchronize()
 
     def run(self, filter_ratio: float) -> None:
@@ -358,21 +376,17 @@ class _Refiner:
             self.locked.fill(0)
         self.passes += 1
         self.lp.ratio.fill(filter_ratio)
-        maxw, it, stop = st.maxw, 0, False
-        weak_runs = 0
+        mode, it, stop = st.mode, 0, False
         while it < self.max_iters and not stop:
-            if maxw <= self.lmax:
+            if mode != MODE_STRONG:
                 if self.loop is None:
-                    self.loop = cuda_graphs.DeviceLoop(self._lp_body(), self.graph_mode)
+                    self.loop = cuda_graphs.DeviceLoop(self._body(), self.graph_mode)
                 self.loop.run()
-                weak_runs = 0
                 status = self.loop.status
             else:
-                weak = weak_runs < self.max_weak
-                self._rebalance(weak)
-                weak_runs = weak_runs + 1 if weak else 0
+                self._strong()
                 status = st.status
-            it, maxw, stop = int(status[_S_IT]), int(status[_S_MAXW]), bool(status[_S_STOP])
+            it, stop, mode = int(status[_S_IT]), bool(status[_S_STOP]), int(status[_S_MODE])
 
     def best_cost(self) -> float:
         """The cost of ``st.best`` (of the last pass)."""

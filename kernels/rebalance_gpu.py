@@ -56,6 +56,14 @@ Steps and how they relate to the CPU twin
    fragments of room that first fit would use): on 393 small random instances, the
    GPU balanced 298 of the 307 the CPU balanced; it always reduced the overload.
 
+5. **Weak step in a loop** (:class:`WeakStep`): the weak moves again, for the captured
+   Jet loop, with fixed launch sizes and no host readback: the block-level inputs by
+   one thread, the proposal kernel, per-(block, bucket) weight sums (integer
+   atomics), per block the cut-off bucket ``c`` below which every candidate is taken
+   and above which none is, and for bucket ``c`` the weight of the earlier ids from
+   a chunked in-order prefix sum. The same selection as step 3 without a sort:
+   **bit-identical** to ``_weak_moves``.
+
 Determinism: keys are unique, integer atomics are order-independent, and no float
 reduction drives a decision, so the same input and seed give the same output.
 Host synchronisation: a few scalar readbacks and boolean compactions per call (counts,
@@ -79,6 +87,8 @@ _BUCKET_SHIFT = 31
 _SEGMENT_SHIFT = 37
 #: Most slot layouts per level in pass 2 of the strong assignment (module docstring).
 SLOT_ROUNDS = 3
+#: A null ``gate`` pointer: the kernel runs whatever the loop's mode (calls outside it).
+_NO_GATE = np.uint64(0)
 
 
 # ------------------------------------------------------------------ gain buckets
@@ -161,7 +171,7 @@ def _propose(xadj, adjncy, fwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
               xadj, adjncy, fwgt, vwgt, part, bw, gc.i64(lmax), heavy, dest_ok,
               gc.i64(1 if fallback else 0), prefix, gc.i64(prefix.size),
               valid_cum, valid_ids, np.uint64(seed_key), thr, gc.i64(thr.size), gc.i64(n),
-              table.offset, table.keys, table.vals, dest, bucket)
+              table.offset, table.keys, table.vals, dest, bucket, _NO_GATE)
     return dest, bucket
 
 
@@ -345,6 +355,63 @@ def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: c
         if _strong_assign(part, vwgt, dest, bucket, chosen, rem, sizes, target):
             return cp.flatnonzero(target >= 0).astype(cp.int32), target
     return no_ids, target
+
+
+class WeakStep:
+    """Weak rebalancing as fixed-size kernels without host readbacks, for the captured
+    Jet loop (``cuda/rebalance.cu``, "weak step in a loop"): the moves of
+    :func:`weak_moves` (so of ``jet_cpu._weak_moves``, bit for bit), selected without
+    sorting and written into a target array. Buffers are allocated once per graph;
+    every kernel skips itself unless the loop's control block says a weak iteration.
+    """
+
+    def __init__(self, n: int, k: int):
+        self.n, self.k = int(n), int(k)
+        self.dest_ok = cp.empty(k, dtype=cp.uint8)
+        self.valid_cum = cp.empty(k + 1, dtype=cp.int64)
+        self.valid_ids = cp.empty(max(k, 1), dtype=cp.int32)
+        self.heavy = cp.empty(k, dtype=cp.float64)
+        self.dest = cp.empty(n, dtype=cp.int32)
+        self.bucket = cp.empty(n, dtype=cp.int32)
+        self.wsum = cp.empty(k * NUM_BUCKETS, dtype=cp.int64)
+        self.cut = cp.empty(k, dtype=cp.int64)
+        self.cut_base = cp.empty(k, dtype=cp.int64)
+        # chunks of the in-order prefix pass: ~256 vertices each, at most 4M csum entries
+        self.nchunks = max(1, min(-(-n // 256), (1 << 22) // max(k, 1)))
+        self.span = max(1, -(-n // self.nchunks))
+        self.csum = cp.empty(self.nchunks * k, dtype=cp.int64)
+        self.thr = cp.asarray(_bucket_thresholds())
+        for name in self.KERNELS:  # loaded now: module loading is no work to capture
+            gc.kernel(_CU, name)
+
+    KERNELS = ("weak_prep", "rebalance_propose", "weak_bucket_sums", "weak_cutoffs",
+               "weak_chunk_sums", "weak_chunk_scan", "weak_select")
+
+    def enqueue(self, xadj, adjncy, fwgt, vwgt, part, bw, lmax: int, prefix, seed: int,
+                table: gc.TableScratch, target, gate) -> None:
+        """Queue one weak step: ``target[u] = dest`` for the moving vertices (``target``
+        must be -1 elsewhere). ``gate``: the loop's control block (CuPy int64), or
+        ``None`` to run unconditionally."""
+        n, k, nb = self.n, self.k, NUM_BUCKETS
+        gate = _NO_GATE if gate is None else gate
+        i64, fn = gc.i64, functools.partial(gc.kernel, _CU)
+        gc.launch(fn("weak_prep"), max(1, k * nb), bw, i64(k), i64(lmax), self.dest_ok,
+                  self.valid_cum, self.valid_ids, self.heavy, self.wsum, i64(nb), gate)
+        gc.launch(fn("rebalance_propose"), n,
+                  xadj, adjncy, fwgt, vwgt, part, bw, i64(lmax), self.heavy, self.dest_ok,
+                  i64(1), prefix, i64(prefix.size), self.valid_cum, self.valid_ids,
+                  np.uint64(_seed_key(seed)), self.thr, i64(self.thr.size), i64(n),
+                  table.offset, table.keys, table.vals, self.dest, self.bucket, gate)
+        gc.launch(fn("weak_bucket_sums"), n, part, self.dest, self.bucket, vwgt, i64(n), i64(nb),
+                  self.wsum, gate)
+        gc.launch(fn("weak_cutoffs"), k, bw, i64(k), i64(lmax), self.wsum, i64(nb), self.cut,
+                  self.cut_base, gate)
+        chunks = (i64(n), i64(k), i64(self.span), i64(self.nchunks))
+        gc.launch(fn("weak_chunk_sums"), self.nchunks, part, self.dest, self.bucket, vwgt,
+                  self.cut, *chunks, self.csum, gate)
+        gc.launch(fn("weak_chunk_scan"), k, i64(k), i64(self.nchunks), self.csum, gate)
+        gc.launch(fn("weak_select"), self.nchunks, part, self.dest, self.bucket, vwgt, bw,
+                  i64(lmax), self.cut, self.cut_base, *chunks, self.csum, target, gate)
 
 
 def _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix):

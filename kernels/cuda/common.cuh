@@ -37,6 +37,19 @@ __device__ __forceinline__ double distance(i64 p, i64 q, const i64* __restrict__
 // gpu_common.TableScratch assigns (LOCAL_TABLE there must match).
 #define LOCAL_TABLE 64
 
+// Kind of a Jet refinement iteration, kept at word CTL_MODE of the loop's control block
+// (jet_loop.cu) for the next iteration. The kernels of LP rounds and of weak rebalancing
+// are all in one captured loop body and skip themselves when the block names the other
+// kind (gate == nullptr: always run, for calls outside the loop).
+#define CTL_MODE 7
+#define MODE_LP 0
+#define MODE_WEAK 1
+#define MODE_STRONG 2
+
+__device__ __forceinline__ bool gated_off(const i64* gate, i64 mode) {
+    return gate != nullptr && gate[CTL_MODE] != mode;
+}
+
 // One thread per item with a grid-stride loop: correct for any launch geometry.
 #define GRID_STRIDE(i, count)                                                   \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(count); \

@@ -22,7 +22,9 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
                                       const double* __restrict__ filter_ratio,
                                       const i64* __restrict__ spill, int* __restrict__ keys,
                                       double* __restrict__ vals,
-                                      int* __restrict__ dest, double* __restrict__ gain) {
+                                      int* __restrict__ dest, double* __restrict__ gain,
+                                      const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 u = (i64)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
         dest[u] = -1;
@@ -98,7 +100,9 @@ extern "C" __global__ void lp_afterburn(const i64* __restrict__ xadj, const int*
                                         const int* __restrict__ dest,
                                         const double* __restrict__ gain,
                                         unsigned char* __restrict__ move,
-                                        int* __restrict__ target) {
+                                        int* __restrict__ target,
+                                        const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     const i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 u = (i64)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
         move[u] = 0;

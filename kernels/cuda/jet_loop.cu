@@ -63,6 +63,8 @@ extern "C" __global__ void row_partials_f64(const double* rows, i64 nrows, i64 n
 #define C_IMPROVED 4   // 1: copy the partition into `best` (copy_if_flag)
 #define C_STOP 5       // 1: LP reached an unlocked fixed point
 #define C_ROUNDS 6     // iterations run (statistics)
+#define C_MODE CTL_MODE  // kind of the next iteration: MODE_LP / MODE_WEAK / MODE_STRONG
+#define C_WEAK 8       // weak rebalancing iterations in a row (the CPU's weak_runs)
 #define F_COST 0
 #define F_BEST 1
 
@@ -72,15 +74,20 @@ extern "C" __global__ void row_partials_f64(const double* rows, i64 nrows, i64 n
 #define S_MAXW 2
 #define S_STOP 3
 #define S_ROUNDS 4
+#define S_MODE 5
 
 // One block of REDUCE_THREADS threads, after commit_moves and row_partials: finishes
-// the iteration exactly as the CPU loop's tail does and sets the loop condition
-// "the next iteration is an LP round and the loop goes on".
+// the iteration exactly as the CPU loop's tail does, picks the kind of the next
+// iteration as the CPU loop's branches do (LP when balanced, else weak rebalancing up
+// to max_weak times in a row, else strong) and sets the loop condition "the loop goes
+// on with an iteration the device runs" (LP or weak; strong is the host's).
+// kind: the iteration just run (MODE_*), or -1 to read it from ctl[C_MODE].
 template <typename W>
 __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traffic, i64 nlev,
                              const double* __restrict__ dist, const i64* __restrict__ bw, i64 k,
-                             i64 lmax, i64* ctl, double* fctl, i64* count, i64 lp_round,
-                             i64 max_iters, double phi, u64 handle, volatile i64* status) {
+                             i64 lmax, i64* ctl, double* fctl, i64* count, i64 kind,
+                             i64 max_iters, i64 max_weak, double phi, u64 handle,
+                             volatile i64* status) {
     __shared__ W wsum[REDUCE_THREADS];
     __shared__ i64 wmax[REDUCE_THREADS];
     for (i64 lev = 0; lev <= nlev; ++lev) {
@@ -106,10 +113,11 @@ __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traff
     // _cost_of: sum of d_t * traffic[t + 1], left to right
     double cost = 0.0;
     for (i64 t = 0; t < nlev; ++t) cost = __dadd_rn(cost, __dmul_rn(dist[t], (double)traffic[t + 1]));
+    const i64 mode = kind >= 0 ? kind : ctl[C_MODE];
     i64 it = ctl[C_IT] + 1;
     i64 stop = 0;
     i64 improved = 0;
-    if (lp_round) {
+    if (mode == MODE_LP) {
         const bool had_locks = ctl[C_LAST_LP] > 0;
         ctl[C_LAST_LP] = moved;
         if (moved == 0 && !had_locks) stop = 1;  // unlocked fixed point
@@ -138,8 +146,13 @@ __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traff
     ctl[C_IMPROVED] = improved;
     ctl[C_STOP] = stop;
     ctl[C_ROUNDS] += 1;
-    const i64 go_on = !stop && it < max_iters && maxw <= lmax;
+    const i64 weak = mode == MODE_WEAK ? ctl[C_WEAK] + 1 : 0;
+    const i64 next = maxw <= lmax ? MODE_LP : (weak < max_weak ? MODE_WEAK : MODE_STRONG);
+    ctl[C_WEAK] = weak;
+    ctl[C_MODE] = next;
+    const i64 go_on = !stop && it < max_iters && next != MODE_STRONG;
     status[S_CONTINUE] = go_on;
+    status[S_MODE] = next;
     status[S_IT] = it;
     status[S_MAXW] = maxw;
     status[S_STOP] = stop;
@@ -149,19 +162,20 @@ __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traff
 
 extern "C" __global__ void loop_control_i64(const i64* partial, i64 nparts, i64* traffic, i64 nlev,
                                             const double* dist, const i64* bw, i64 k, i64 lmax,
-                                            i64* ctl, double* fctl, i64* count, i64 lp_round,
-                                            i64 max_iters, double phi, u64 handle, i64* status) {
+                                            i64* ctl, double* fctl, i64* count, i64 kind,
+                                            i64 max_iters, i64 max_weak, double phi, u64 handle,
+                                            i64* status) {
     loop_control<i64>(partial, nparts, traffic, nlev, dist, bw, k, lmax, ctl, fctl, count,
-                      lp_round, max_iters, phi, handle, status);
+                      kind, max_iters, max_weak, phi, handle, status);
 }
 
 extern "C" __global__ void loop_control_f64(const double* partial, i64 nparts, double* traffic,
                                             i64 nlev, const double* dist, const i64* bw, i64 k,
                                             i64 lmax, i64* ctl, double* fctl, i64* count,
-                                            i64 lp_round, i64 max_iters, double phi, u64 handle,
-                                            i64* status) {
+                                            i64 kind, i64 max_iters, i64 max_weak, double phi,
+                                            u64 handle, i64* status) {
     loop_control<double>(partial, nparts, traffic, nlev, dist, bw, k, lmax, ctl, fctl, count,
-                         lp_round, max_iters, phi, handle, status);
+                         kind, max_iters, max_weak, phi, handle, status);
 }
 
 // best[u] = part[u] when the last control step found an improvement.
@@ -173,6 +187,8 @@ extern "C" __global__ void copy_if_improved(int* __restrict__ best, const int* _
 
 // The vertices moved by this LP round stay locked during the next one.
 extern "C" __global__ void copy_locks(unsigned char* __restrict__ locked,
-                                      const unsigned char* __restrict__ moved, i64 n) {
+                                      const unsigned char* __restrict__ moved, i64 n,
+                                      const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     GRID_STRIDE(u, n) locked[u] = moved[u];
 }

@@ -54,7 +54,8 @@ extern "C" __global__ void rebalance_propose(
     const i64* __restrict__ valid_cum, const int* __restrict__ valid_ids, u64 seed_key,
     const double* __restrict__ thr, i64 nthr, i64 n, const i64* __restrict__ spill,
     int* __restrict__ skey, double* __restrict__ sval,
-    int* __restrict__ dest, int* __restrict__ bucket) {
+    int* __restrict__ dest, int* __restrict__ bucket, const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_WEAK)) return;
     for (i64 u = blockIdx.x * (i64)blockDim.x + threadIdx.x; u < n;
          u += (i64)gridDim.x * blockDim.x) {
         dest[u] = -1;
@@ -134,5 +135,146 @@ extern "C" __global__ void group_max_weight(const i64* __restrict__ grp,
     for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < m;
          i += (i64)gridDim.x * blockDim.x) {
         atomicMax((u64*)&wmax[grp[i]], (u64)w[i]);
+    }
+}
+
+// ------------------------------------------------------------------ weak step in a loop
+// Weak rebalancing with fixed launch sizes and no host readback, for the captured Jet
+// loop (rebalance_gpu.WeakStep): the same moves as _weak_moves / weak_moves, selected
+// without sorting. Every kernel skips unless gate[CTL_MODE] == MODE_WEAK.
+//
+// The CPU selection (_select_prefix) takes, per overloaded block, the candidates in
+// (bucket, id) order while the weight ordered before them is below the excess
+// bw - lmax. With before[j] = weight of the block's candidates in buckets < j and c =
+// the last bucket with before[c] < excess, every candidate of a bucket below c is
+// taken (its weight before is at most before[j + 1] <= before[c]), none above c, and
+// in bucket c the test needs the weight of the earlier ids: a prefix sum by block
+// over the vertices in id order, done in chunks (per-chunk block sums, a scan over the
+// chunks, then each chunk's vertices in order).
+
+// The block-level inputs of the proposal kernel, as _weak_moves computes them (same
+// IEEE operations), by one thread; the whole grid zeroes wsum (k * nbuckets entries).
+extern "C" __global__ void weak_prep(const i64* __restrict__ bw, i64 k, i64 lmax,
+                                     unsigned char* __restrict__ dest_ok,
+                                     i64* __restrict__ valid_cum, int* __restrict__ valid_ids,
+                                     double* __restrict__ heavy, i64* __restrict__ wsum,
+                                     i64 nbuckets, const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_WEAK)) return;
+    GRID_STRIDE(i, k * nbuckets) wsum[i] = 0;
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    i64 total = 0;
+    for (i64 b = 0; b < k; ++b) total += bw[b];
+    const double opt = (double)total / (double)k;
+    const double a = 0.99 * (double)lmax, c = (double)lmax - 100.0;
+    const double sigma = a > c ? a : c;
+    i64 valid = 0;
+    valid_cum[0] = 0;
+    for (i64 b = 0; b < k; ++b) {
+        const bool ok = (double)bw[b] < sigma;
+        dest_ok[b] = ok ? 1 : 0;
+        if (ok) valid_ids[valid++] = (int)b;
+        valid_cum[b + 1] = valid;
+        heavy[b] = __dmul_rn(1.5, __dsub_rn((double)bw[b], opt));
+    }
+}
+
+// wsum[block * nbuckets + bucket] += vwgt of every candidate (dest != -1).
+extern "C" __global__ void weak_bucket_sums(const int* __restrict__ part,
+                                            const int* __restrict__ dest,
+                                            const int* __restrict__ bucket,
+                                            const i64* __restrict__ vwgt, i64 n, i64 nbuckets,
+                                            i64* __restrict__ wsum, const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_WEAK)) return;
+    GRID_STRIDE(u, n) {
+        if (dest[u] == -1) continue;
+        atomicAdd((u64*)&wsum[(i64)part[u] * nbuckets + bucket[u]], (u64)vwgt[u]);
+    }
+}
+
+// Per block: the cut-off bucket c (-1: not overloaded) and before[c].
+extern "C" __global__ void weak_cutoffs(const i64* __restrict__ bw, i64 k, i64 lmax,
+                                        const i64* __restrict__ wsum, i64 nbuckets,
+                                        i64* __restrict__ cut, i64* __restrict__ cut_base,
+                                        const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_WEAK)) return;
+    GRID_STRIDE(b, k) {
+        const i64 excess = bw[b] - lmax;
+        i64 c = -1, base = 0, before = 0;
+        if (excess > 0) {
+            for (i64 j = 0; j < nbuckets; ++j) {
+                if (before < excess) {
+                    c = j;
+                    base = before;
+                }
+                before += wsum[b * nbuckets + j];
+            }
+        }
+        cut[b] = c;
+        cut_base[b] = base;
+    }
+}
+
+// Vertices [ch * span, (ch + 1) * span) form chunk ch.
+__device__ __forceinline__ bool in_cut_bucket(i64 u, const int* __restrict__ part,
+                                              const int* __restrict__ dest,
+                                              const int* __restrict__ bucket,
+                                              const i64* __restrict__ cut) {
+    return dest[u] != -1 && bucket[u] == cut[part[u]];
+}
+
+// One thread per chunk: csum[ch * k + block] = weight of the chunk's candidates in their
+// block's cut-off bucket.
+extern "C" __global__ void weak_chunk_sums(const int* __restrict__ part,
+                                           const int* __restrict__ dest,
+                                           const int* __restrict__ bucket,
+                                           const i64* __restrict__ vwgt,
+                                           const i64* __restrict__ cut, i64 n, i64 k, i64 span,
+                                           i64 nchunks, i64* __restrict__ csum,
+                                           const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_WEAK)) return;
+    GRID_STRIDE(ch, nchunks) {
+        const i64 hi = (ch + 1) * span < n ? (ch + 1) * span : n;
+        for (i64 b = 0; b < k; ++b) csum[ch * k + b] = 0;
+        for (i64 u = ch * span; u < hi; ++u)
+            if (in_cut_bucket(u, part, dest, bucket, cut)) csum[ch * k + part[u]] += vwgt[u];
+    }
+}
+
+// One thread per block: exclusive prefix sums of csum over the chunks.
+extern "C" __global__ void weak_chunk_scan(i64 k, i64 nchunks, i64* __restrict__ csum,
+                                           const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_WEAK)) return;
+    GRID_STRIDE(b, k) {
+        i64 acc = 0;
+        for (i64 ch = 0; ch < nchunks; ++ch) {
+            const i64 v = csum[ch * k + b];
+            csum[ch * k + b] = acc;
+            acc += v;
+        }
+    }
+}
+
+// One thread per chunk, its vertices in id order: the selection test of _select_prefix;
+// selected candidates get target[u] = dest[u] (target is -1 everywhere before).
+extern "C" __global__ void weak_select(const int* __restrict__ part, const int* __restrict__ dest,
+                                       const int* __restrict__ bucket,
+                                       const i64* __restrict__ vwgt, const i64* __restrict__ bw,
+                                       i64 lmax, const i64* __restrict__ cut,
+                                       const i64* __restrict__ cut_base, i64 n, i64 k, i64 span,
+                                       i64 nchunks, i64* __restrict__ csum,
+                                       int* __restrict__ target, const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_WEAK)) return;
+    GRID_STRIDE(ch, nchunks) {
+        const i64 hi = (ch + 1) * span < n ? (ch + 1) * span : n;
+        for (i64 u = ch * span; u < hi; ++u) {
+            if (dest[u] == -1) continue;
+            const i64 b = part[u], j = bucket[u], c = cut[b];
+            bool take = j < c;
+            if (j == c) {
+                take = cut_base[b] + csum[ch * k + b] < bw[b] - lmax;
+                csum[ch * k + b] += vwgt[u];
+            }
+            if (take) target[u] = dest[u];
+        }
     }
 }

@@ -256,6 +256,25 @@ def test_jet_refine_trivial_cases():
         jet_gpu.jet_refine(xadj, adjncy, adjwgt, vwgt, part, 2, g.n, [2], [1.0], phi=1.5)
 
 
+@pytest.mark.parametrize("name", ["grid", "rgg", "delaunay", "rand_int"])
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("kind", ["random", "skewed"])
+def test_jet_refine_equals_cpu_when_no_strong_step(name, mode, kind):
+    """LP rounds and weak rebalancing are bit-identical to the CPU, in the device loop
+    too: with strong rebalancing ruled out, the whole loop is (integer weights)."""
+    from procmap.kernels import jet_gpu
+    g = graph(name)
+    prefix, dist = MODES[mode]
+    k = int(prefix[-1])
+    part = random_balanced(g.n, k, 7) if kind == "random" else skewed(g.n, k)
+    lmax = lmax_of(g, k)
+    want = jet_cpu.jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, dist,
+                              max_weak=1000)
+    got = jet_gpu.jet_refine(*dev(g), cp.asarray(part), k, lmax, prefix, dist, max_weak=1000)
+    np.testing.assert_array_equal(got[0].get(), want[0])
+    assert got[1] == want[1]
+
+
 def test_ultra_refine_matches_cpu_when_lp_only():
     from procmap.kernels import jet_gpu
     g = graph("delaunay")
