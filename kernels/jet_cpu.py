@@ -43,17 +43,28 @@ so even floating-point reductions are summed in the same order for any number of
 Numba threads. Resolution steps that need an order (prefix selection, capacity
 assignment) are sequential passes over the few vertices concerned. Ties are
 broken by block id / vertex id, and the only randomness (the weak rebalancer's
-choice among equally near blocks) is a hash of ``(vertex, seed)``.
+choice among equally near blocks) is a hash of ``(vertex, seed)``. A loop whose
+work fits in one chunk, and every loop when Numba has a single thread, runs
+serially in its caller instead (no thread-pool wake-up); it walks the same chunks
+in the same order, so it computes the very same floats.
+
+Cost per iteration
+------------------
+:func:`jet_refine` runs its whole loop in one compiled function, and an LP round
+costs time in proportion to the vertices it touches, not to ``n``: proposals are
+kept between rounds and only the stale ones recomputed, the afterburner visits
+only the recomputed vertices and their neighbours (no other verdict can have
+changed), and the best partition is updated from the list of vertices moved
+since the last snapshot. Rebalancing rounds still scan every vertex.
 """
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 import numba as nb
 import numpy as np
 
-from .common_cpu import distance as _distance
-from .common_cpu import level_index as _level_index
 from .common_cpu import mix64 as _mix64
 from .objective_cpu import level_traffic, pe_loads
 
@@ -121,6 +132,26 @@ def _gain_bucket(gain, w):
     return b
 
 
+@nb.njit(inline="always", cache=True)
+def _level_of(p, q, grp):
+    """``common_cpu.level_index(p, q, prefix)`` read from the group table ``grp`` of
+    :func:`_level_tables` (``grp[t + 1, b] = b // prefix[t]``): table lookups
+    instead of integer divisions, which dominate the distance-mode loops."""
+    top = grp.shape[0] - 1    # the last level holds every block
+    t = 0
+    while t < top and grp[t + 1, p] != grp[t + 1, q]:
+        t += 1
+    return t
+
+
+@nb.njit(inline="always", cache=True)
+def _dist_of(p, q, grp, dist):
+    """``D(p, q)`` (``common_cpu.distance``) from the group table."""
+    if p == q:
+        return 0.0
+    return dist[_level_of(p, q, grp)]
+
+
 # ------------------------------------------------------------------ objective
 def _traffic(xadj, adjncy, adjwgt, part, prefix, k) -> np.ndarray:
     """Traffic per level (index 0 = inside a block), the objective kernel's own."""
@@ -128,8 +159,15 @@ def _traffic(xadj, adjncy, adjwgt, part, prefix, k) -> np.ndarray:
 
 
 def _cost_of(traffic, dist) -> float:
-    """``J = sum_t d_t * traffic[t]`` (traffic[0] stays inside blocks)."""
-    return float(sum(float(d) * traffic[t + 1] for t, d in enumerate(dist)))
+    """``J = sum_t d_t * traffic[t]`` (traffic[0] stays inside blocks).
+
+    Summed left to right from 0: :data:`_cost_nb`, the compiled twin used inside
+    the refinement loop, must produce the very same float.
+    """
+    total = 0.0
+    for t in range(len(dist)):
+        total += float(dist[t]) * traffic[t + 1]
+    return float(total)
 
 
 def _judge(cost, maxw, best_cost, best_maxw, lmax, phi) -> tuple[bool, bool]:
@@ -151,6 +189,28 @@ def _judge(cost, maxw, best_cost, best_maxw, lmax, phi) -> tuple[bool, bool]:
     return keep, maxw < best_maxw
 
 
+# compiled twins of the host helpers, for the refinement loop (one definition each)
+_cost_nb = nb.njit(cache=True)(_cost_of)
+_judge_nb = nb.njit(cache=True)(_judge)
+_chunks_nb = nb.njit(cache=True)(_num_chunks)
+
+
+@nb.njit(cache=True)
+def _largest(a):
+    """``a.max()`` of a non-empty array (as a loop: NumPy's reduction costs seconds of
+    compile time in every caller)."""
+    top = a[0]
+    for x in a:
+        if x > top:
+            top = x
+    return top
+
+
+def _parallel() -> bool:
+    """Whether kernels of more than one chunk should use the thread pool."""
+    return nb.get_num_threads() > 1
+
+
 def block_weights(part, vwgt, k: int) -> np.ndarray:
     """Total vertex weight per block (int64, length ``k``)."""
     return pe_loads(np.asarray(part), np.asarray(vwgt, dtype=np.int64), int(k))[0]
@@ -170,6 +230,74 @@ def cost(xadj, adjncy, adjwgt, part, prefix, dist) -> float:
 
 
 # ------------------------------------------------------------------ label propagation
+@nb.njit(cache=True)
+def _propose_range(xadj, adjncy, adjwgt, part, grp, delta, cut_mode, filter_ratio, locked,
+                   active, lo, hi, acc, seen, touched, dest, gain):
+    """:func:`_lp_propose` for ``active[lo:hi]`` with the caller's scratch: ``acc``
+    all zero (left so), ``seen`` not yet stamped with any of these vertices."""
+    nlev = grp.shape[0]
+    for i in range(lo, hi):
+        u = active[i]
+        dest[u] = -1
+        gain[u] = 0.0
+        if locked[u]:
+            continue
+        a = part[u]
+        # interior vertices (all neighbours at home) have nowhere to go: most
+        # vertices of a good partition, so skip them before any scatter work
+        boundary = False
+        for e in range(xadj[u], xadj[u + 1]):
+            if part[adjncy[e]] != a:
+                boundary = True
+                break
+        if not boundary:
+            continue
+        nt = 0
+        for e in range(xadj[u], xadj[u + 1]):
+            b = part[adjncy[e]]
+            w = float(adjwgt[e])
+            if seen[b] != u:
+                seen[b] = u
+                touched[nt] = b
+                nt += 1
+            if cut_mode:
+                acc[0, b] += w
+            else:
+                for t in range(nlev):
+                    acc[t, grp[t, b]] += w
+        own = acc[0, a]
+        best_b = -1
+        best_g = 0.0
+        for j in range(nt):
+            b = touched[j]
+            if b == a:
+                continue
+            if cut_mode:
+                g = acc[0, b] - own
+            else:
+                g = 0.0
+                for t in range(nlev):
+                    g += delta[t] * (acc[t, grp[t, b]] - acc[t, grp[t, a]])
+            if best_b < 0 or g > best_g or (g == best_g and b < best_b):
+                best_b = b
+                best_g = g
+        if best_b >= 0:
+            ok = best_g >= 0.0
+            if cut_mode and not ok:
+                ok = -best_g < math.floor(filter_ratio * own)
+            if ok:
+                dest[u] = best_b
+                gain[u] = best_g
+        # clear the scratch entries this vertex used
+        for j in range(nt):
+            b = touched[j]
+            if cut_mode:
+                acc[0, b] = 0.0
+            else:
+                for t in range(nlev):
+                    acc[t, grp[t, b]] = 0.0
+
+
 @nb.njit(parallel=True, cache=True)
 def _lp_propose(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_ratio,
                 locked, active, nchunks, dest, gain):
@@ -183,77 +311,59 @@ def _lp_propose(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_rati
     gain of equation 1, candidate if ``gain >= 0`` (GPU-HeiPa).
     """
     n = active.size
-    nlev = grp.shape[0]
     for c in nb.prange(nchunks):
-        lo = c * n // nchunks
-        hi = (c + 1) * n // nchunks
-        acc = np.zeros((nlev, k))          # acc[t, g]: weight into level-t group g
+        acc = np.zeros((grp.shape[0], k))      # acc[t, g]: weight into level-t group g
         seen = np.full(k, -1, dtype=np.int64)  # stamp: block already listed for u
         touched = np.empty(k, dtype=np.int32)
-        for i in range(lo, hi):
-            u = active[i]
-            dest[u] = -1
-            gain[u] = 0.0
-            if locked[u]:
-                continue
-            a = part[u]
-            # interior vertices (all neighbours at home) have nowhere to go: most
-            # vertices of a good partition, so skip them before any scatter work
-            boundary = False
-            for e in range(xadj[u], xadj[u + 1]):
-                if part[adjncy[e]] != a:
-                    boundary = True
-                    break
-            if not boundary:
-                continue
-            nt = 0
-            for e in range(xadj[u], xadj[u + 1]):
-                b = part[adjncy[e]]
-                w = float(adjwgt[e])
-                if seen[b] != u:
-                    seen[b] = u
-                    touched[nt] = b
-                    nt += 1
-                if cut_mode:
-                    acc[0, b] += w
-                else:
-                    for t in range(nlev):
-                        acc[t, grp[t, b]] += w
-            own = acc[0, a]
-            best_b = -1
-            best_g = 0.0
-            for i in range(nt):
-                b = touched[i]
-                if b == a:
-                    continue
-                if cut_mode:
-                    g = acc[0, b] - own
-                else:
-                    g = 0.0
-                    for t in range(nlev):
-                        g += delta[t] * (acc[t, grp[t, b]] - acc[t, grp[t, a]])
-                if best_b < 0 or g > best_g or (g == best_g and b < best_b):
-                    best_b = b
-                    best_g = g
-            if best_b >= 0:
-                ok = best_g >= 0.0
-                if cut_mode and not ok:
-                    ok = -best_g < math.floor(filter_ratio * own)
-                if ok:
-                    dest[u] = best_b
-                    gain[u] = best_g
-            # clear the scratch entries this vertex used
-            for i in range(nt):
-                b = touched[i]
-                if cut_mode:
-                    acc[0, b] = 0.0
-                else:
-                    for t in range(nlev):
-                        acc[t, grp[t, b]] = 0.0
+        _propose_range(xadj, adjncy, adjwgt, part, grp, delta, cut_mode, filter_ratio, locked,
+                       active, c * n // nchunks, (c + 1) * n // nchunks, acc, seen, touched,
+                       dest, gain)
+
+
+@nb.njit(cache=True)
+def _propose_any(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_ratio, locked,
+                 active, par, dest, gain):
+    """:func:`_lp_propose`, on the thread pool only when ``par`` and several chunks."""
+    nchunks = _chunks_nb(active.size, k)
+    if par and nchunks > 1:
+        _lp_propose(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_ratio, locked,
+                    active, nchunks, dest, gain)
+        return
+    # proposals are per vertex, so one serial pass equals any chunking
+    acc = np.zeros((grp.shape[0], k))
+    seen = np.full(k, -1, dtype=np.int64)
+    touched = np.empty(k, dtype=np.int32)
+    _propose_range(xadj, adjncy, adjwgt, part, grp, delta, cut_mode, filter_ratio, locked,
+                   active, 0, active.size, acc, seen, touched, dest, gain)
+
+
+@nb.njit(cache=True)
+def _afterburn_ok(u, xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain):
+    """Afterburner verdict for a candidate ``u`` (``dest[u] >= 0``): see
+    :func:`_lp_afterburn`."""
+    b = dest[u]
+    a = part[u]
+    gu = gain[u]
+    g2 = 0.0
+    for e in range(xadj[u], xadj[u + 1]):
+        v = adjncy[e]
+        cv = part[v]
+        dv = dest[v]
+        if dv >= 0 and (gain[v] > gu or (gain[v] == gu and v < u)):
+            cv = dv
+        w = float(adjwgt[e])
+        if cut_mode:
+            if cv == b:
+                g2 += w
+            elif cv == a:
+                g2 -= w
+        else:
+            g2 += w * (_dist_of(a, cv, grp, dist) - _dist_of(b, cv, grp, dist))
+    return g2 >= 0.0
 
 
 @nb.njit(parallel=True, cache=True)
-def _lp_afterburn(xadj, adjncy, adjwgt, part, prefix, dist, cut_mode, dest, gain,
+def _lp_afterburn(xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain,
                   nchunks, move):
     """Second filter of Algorithm 4 (the afterburner).
 
@@ -264,32 +374,23 @@ def _lp_afterburn(xadj, adjncy, adjwgt, part, prefix, dist, cut_mode, dest, gain
     """
     n = part.size
     for c in nb.prange(nchunks):
-        lo = c * n // nchunks
-        hi = (c + 1) * n // nchunks
-        for u in range(lo, hi):
+        for u in range(c * n // nchunks, (c + 1) * n // nchunks):
             move[u] = 0
-            b = dest[u]
-            if b < 0:
-                continue
-            a = part[u]
-            gu = gain[u]
-            g2 = 0.0
-            for e in range(xadj[u], xadj[u + 1]):
-                v = adjncy[e]
-                cv = part[v]
-                dv = dest[v]
-                if dv >= 0 and (gain[v] > gu or (gain[v] == gu and v < u)):
-                    cv = dv
-                w = float(adjwgt[e])
-                if cut_mode:
-                    if cv == b:
-                        g2 += w
-                    elif cv == a:
-                        g2 -= w
-                else:
-                    g2 += w * (_distance(a, cv, prefix, dist) - _distance(b, cv, prefix, dist))
-            if g2 >= 0.0:
+            if dest[u] >= 0 and _afterburn_ok(u, xadj, adjncy, adjwgt, part, grp, dist,
+                                              cut_mode, dest, gain):
                 move[u] = 1
+
+
+@nb.njit(parallel=True, cache=True)
+def _afterburn_list(xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain, verts,
+                    nchunks, ok):
+    """:func:`_lp_afterburn` for the vertices ``verts`` only: ``ok[i]`` for ``verts[i]``."""
+    n = verts.size
+    for c in nb.prange(nchunks):
+        for i in range(c * n // nchunks, (c + 1) * n // nchunks):
+            u = verts[i]
+            ok[i] = dest[u] >= 0 and _afterburn_ok(u, xadj, adjncy, adjwgt, part, grp, dist,
+                                                   cut_mode, dest, gain)
 
 
 def _as_float(adjwgt):
@@ -298,12 +399,18 @@ def _as_float(adjwgt):
     return adjwgt if adjwgt.dtype == np.float64 else adjwgt.astype(np.float64)
 
 
-def _level_tables(prefix, dist):
-    """``grp`` and ``delta`` of the group-connectivity gain (module docstring)."""
+def _group_table(prefix):
+    """``grp[t, b] = b // P_t`` (``P_0 = 1``, ``P_t = prefix[t - 1]``): the level-t
+    group of block ``b``."""
     div = np.concatenate(([1], prefix[:-1])).astype(np.int64)
-    grp = (np.arange(int(prefix[-1]), dtype=np.int64)[None, :] // div[:, None]).astype(np.int32)
+    return (np.arange(int(prefix[-1]), dtype=np.int64)[None, :] // div[:, None]).astype(np.int32)
+
+
+def _level_tables(prefix, dist):
+    """``grp`` (:func:`_group_table`) and ``delta`` of the group-connectivity gain
+    (module docstring)."""
     delta = np.diff(np.concatenate(([0.0], dist))).astype(np.float64)
-    return grp, delta
+    return _group_table(prefix), delta
 
 
 def _lp_moves(xadj, adjncy, adjwgt, part, k, prefix, dist, locked, filter_ratio, active=None,
@@ -314,7 +421,8 @@ def _lp_moves(xadj, adjncy, adjwgt, part, k, prefix, dist, locked, filter_ratio,
     recomputed; the others keep theirs from ``dest``/``gain`` (arrays kept by the
     caller between rounds). A proposal depends only on the blocks of the vertex and
     its neighbours and on its lock, so a caller that lists every vertex for which
-    one of these changed gets exactly the result of a full evaluation.
+    one of these changed gets exactly the result of a full evaluation. (The
+    refinement loop runs :func:`_lp_round` instead; tests hold the two equal.)
     """
     n = part.size
     cut_mode = prefix.size == 1
@@ -328,7 +436,7 @@ def _lp_moves(xadj, adjncy, adjwgt, part, k, prefix, dist, locked, filter_ratio,
                 locked, active, _num_chunks(active.size, k), dest, gain)
     nchunks = _num_chunks(n, k)
     move = np.empty(n, dtype=np.uint8)
-    _lp_afterburn(xadj, adjncy, adjwgt, part, prefix, dist, cut_mode, dest, gain, nchunks, move)
+    _lp_afterburn(xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain, nchunks, move)
     return np.flatnonzero(move).astype(np.int32), dest
 
 
@@ -354,6 +462,69 @@ def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None, filter_r
 
 
 # ------------------------------------------------------------------ rebalancing
+@nb.njit(cache=True)
+def _rebalance_range(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, fallback,
+                     prefix, valid_cum, valid_ids, seed_key, lo, hi, conn, seen, touched, dest,
+                     bucket):
+    """:func:`_rebalance_propose` for the vertices ``lo <= u < hi`` with the caller's
+    scratch: ``conn`` all zero (left so), ``seen`` not yet stamped with these ids."""
+    nlev = prefix.size
+    for u in range(lo, hi):
+        dest[u] = -1
+        bucket[u] = 0
+        a = part[u]
+        if bw[a] <= lmax or not vwgt[u] < heavy[a]:
+            continue
+        # interior vertices (most of an overloaded block) have no adjacent block:
+        # sum their weight in edge order (the float conn[a] would get) and skip
+        # the scatter
+        own = 0.0
+        interior = True
+        for e in range(xadj[u], xadj[u + 1]):
+            if part[adjncy[e]] != a:
+                interior = False
+                break
+            own += float(adjwgt[e])
+        best_b = -1
+        best_c = 0.0
+        if not interior:
+            nt = 0
+            for e in range(xadj[u], xadj[u + 1]):
+                b = part[adjncy[e]]
+                if seen[b] != u:
+                    seen[b] = u
+                    touched[nt] = b
+                    nt += 1
+                conn[b] += float(adjwgt[e])
+            own = conn[a]
+            for i in range(nt):
+                b = touched[i]
+                if b != a and dest_ok[b] and (best_b < 0 or conn[b] > best_c
+                                              or (conn[b] == best_c and b < best_b)):
+                    best_b = b
+                    best_c = conn[b]
+            for i in range(nt):
+                conn[touched[i]] = 0.0
+        if best_b < 0:
+            best_c = 0.0
+            if fallback:
+                for t in range(nlev):
+                    size = prefix[t]
+                    glo = (a // size) * size
+                    cnt = valid_cum[glo + size] - valid_cum[glo]
+                    if cnt > 0:
+                        h = _mix64(np.uint64(u) ^ seed_key)
+                        j = np.int64(h % np.uint64(cnt))
+                        best_b = valid_ids[valid_cum[glo] + j]
+                        break
+                if best_b < 0:
+                    continue  # no block can take anything
+            else:
+                best_b = -2
+        dest[u] = best_b
+        bucket[u] = _gain_bucket(best_c - own, vwgt[u])
+
+
 @nb.njit(parallel=True, cache=True)
 def _rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok,
                        fallback, prefix, valid_cum, valid_ids, seed_key, nchunks, dest, bucket):
@@ -368,56 +539,33 @@ def _rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, des
     ``dest[u] = -1`` marks non-candidates. ``bucket[u]`` is the gain bucket.
     """
     n = part.size
-    nlev = prefix.size
     for c in nb.prange(nchunks):
-        lo = c * n // nchunks
-        hi = (c + 1) * n // nchunks
         conn = np.zeros(k)
         seen = np.full(k, -1, dtype=np.int64)
         touched = np.empty(k, dtype=np.int32)
-        for u in range(lo, hi):
-            dest[u] = -1
-            bucket[u] = 0
-            a = part[u]
-            if bw[a] <= lmax or not vwgt[u] < heavy[a]:
-                continue
-            nt = 0
-            for e in range(xadj[u], xadj[u + 1]):
-                b = part[adjncy[e]]
-                if seen[b] != u:
-                    seen[b] = u
-                    touched[nt] = b
-                    nt += 1
-                conn[b] += float(adjwgt[e])
-            own = conn[a]
-            best_b = -1
-            best_c = 0.0
-            for i in range(nt):
-                b = touched[i]
-                if b != a and dest_ok[b] and (best_b < 0 or conn[b] > best_c
-                                              or (conn[b] == best_c and b < best_b)):
-                    best_b = b
-                    best_c = conn[b]
-            for i in range(nt):
-                conn[touched[i]] = 0.0
-            if best_b < 0:
-                best_c = 0.0
-                if fallback:
-                    for t in range(nlev):
-                        size = prefix[t]
-                        glo = (a // size) * size
-                        cnt = valid_cum[glo + size] - valid_cum[glo]
-                        if cnt > 0:
-                            h = _mix64(np.uint64(u) ^ seed_key)
-                            j = np.int64(h % np.uint64(cnt))
-                            best_b = valid_ids[valid_cum[glo] + j]
-                            break
-                    if best_b < 0:
-                        continue  # no block can take anything
-                else:
-                    best_b = -2
-            dest[u] = best_b
-            bucket[u] = _gain_bucket(best_c - own, vwgt[u])
+        _rebalance_range(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, fallback,
+                         prefix, valid_cum, valid_ids, seed_key, c * n // nchunks,
+                         (c + 1) * n // nchunks, conn, seen, touched, dest, bucket)
+
+
+@nb.njit(cache=True)
+def _rebalance_any(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok, fallback,
+                   prefix, valid_cum, valid_ids, seed_key, par, dest, bucket):
+    """:func:`_rebalance_propose`, on the thread pool only when ``par`` and several chunks."""
+    n = part.size
+    nchunks = _chunks_nb(n, k)
+    if par and nchunks > 1:
+        _rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok,
+                           fallback, prefix, valid_cum, valid_ids, seed_key, nchunks, dest,
+                           bucket)
+        return
+    # proposals are per vertex, so one serial pass equals any chunking
+    conn = np.zeros(k)
+    seen = np.full(k, -1, dtype=np.int64)
+    touched = np.empty(k, dtype=np.int32)
+    _rebalance_range(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, fallback,
+                     prefix, valid_cum, valid_ids, seed_key, 0, n, conn, seen, touched, dest,
+                     bucket)
 
 
 @nb.njit(cache=True)
@@ -539,60 +687,92 @@ def _strong_assign(part, vwgt, dest, bucket, selected, rem, prefix, nbuckets, ta
     return moved
 
 
-def _weak_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, seed):
-    """Weak rebalancing (paper Algorithm 5): returns ``(vertices, full dest array)``."""
-    n = part.size
-    adjwgt = _as_float(adjwgt)
+@nb.njit(cache=True)
+def _weak_select(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, seed_key, par, dest,
+                 bucket, selected):
+    """Weak rebalancing (paper Algorithm 5): proposals in ``dest``/``bucket``, the
+    chosen movers flagged in ``selected``; returns their number."""
     opt = float(bw.sum()) / k
     # Destinations stay below sigma (Jet: 0.99 * Lmax, but at least Lmax - 100) so
     # that a block can take several vertices before it overflows.
     sigma = max(0.99 * lmax, lmax - 100.0)
-    dest_ok = (bw < sigma).astype(np.uint8)
+    dest_ok = np.empty(k, dtype=np.uint8)
     valid_cum = np.zeros(k + 1, dtype=np.int64)
-    np.cumsum(dest_ok, out=valid_cum[1:])
-    valid_ids = np.flatnonzero(dest_ok).astype(np.int32)
-    heavy = 1.5 * (bw - opt)  # Jet: vertices of >= 1.5 (c(block) - c(V)/k) stay
+    heavy = np.empty(k)  # Jet: vertices of >= 1.5 (c(block) - c(V)/k) stay
+    for b in range(k):
+        dest_ok[b] = bw[b] < sigma
+        valid_cum[b + 1] = valid_cum[b] + dest_ok[b]
+        heavy[b] = 1.5 * (bw[b] - opt)
+    valid_ids = np.empty(valid_cum[k], dtype=np.int32)
+    for b in range(k):
+        if dest_ok[b]:
+            valid_ids[valid_cum[b]] = b
+    # np.bool_, not a literal: one compiled variant serves both rebalancers
+    _rebalance_any(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok, np.bool_(True),
+                   prefix, valid_cum, valid_ids, seed_key, par, dest, bucket)
+    return _select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected)
+
+
+@nb.njit(cache=True)
+def _strong_select(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, par, dest, bucket,
+                   selected, target):
+    """Strong rebalancing: writes ``target`` (-1: stays) of every vertex; returns the
+    number of moves."""
+    opt = float(bw.sum()) / k
+    excess = 0
+    for b in range(k):
+        excess += max(bw[b] - lmax, 0)
+    # Fill destinations up to max(opt + 1, 0.99 Lmax) (Jet), which leaves room for
+    # the next LP round; use Lmax itself when that cannot absorb the excess.
+    tight = min(lmax, max(int(math.floor(opt)) + 1, int(math.floor(0.99 * lmax))))
+    for attempt in range(2):
+        limit = tight if attempt == 0 else lmax
+        if attempt == 0 and tight >= lmax:
+            continue
+        rem = np.empty(k, dtype=np.int64)
+        for b in range(k):
+            rem[b] = limit - bw[b] if bw[b] < limit else 0
+        if rem.sum() < excess and limit < lmax:
+            continue
+        max_rem = _largest(rem)
+        if max_rem == 0:
+            continue
+        dest_ok = np.empty(k, dtype=np.uint8)
+        for b in range(k):
+            dest_ok[b] = rem[b] > 0
+        heavy = np.full(k, float(max_rem + 1))  # only vertices that fit somewhere
+        _rebalance_any(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok,
+                       np.bool_(False), prefix, np.zeros(k + 1, dtype=np.int64),
+                       np.zeros(0, dtype=np.int32), np.uint64(0), par, dest, bucket)
+        _select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected)
+        moved = _strong_assign(part, vwgt, dest, bucket, selected, rem, prefix, NUM_BUCKETS,
+                               target)
+        if moved:
+            return moved
+    for u in range(target.size):
+        target[u] = -1
+    return 0
+
+
+def _weak_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, seed):
+    """Weak rebalancing (paper Algorithm 5): returns ``(vertices, full dest array)``."""
+    n = part.size
     dest = np.empty(n, dtype=np.int32)
     bucket = np.empty(n, dtype=np.int32)
-    _rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok, True,
-                       prefix, valid_cum, valid_ids, _seed_key(seed), _num_chunks(n, k),
-                       dest, bucket)
     selected = np.empty(n, dtype=np.uint8)
-    _select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected)
+    _weak_select(xadj, adjncy, _as_float(adjwgt), vwgt, part, k, lmax, prefix, bw,
+                 _seed_key(seed), _parallel(), dest, bucket, selected)
     return np.flatnonzero(selected).astype(np.int32), dest
 
 
 def _strong_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw):
     """Strong rebalancing: returns ``(vertices, full target array)``."""
     n = part.size
-    adjwgt = _as_float(adjwgt)
-    opt = float(bw.sum()) / k
-    excess = int(np.maximum(bw - lmax, 0).sum())
-    # Fill destinations up to max(opt + 1, 0.99 Lmax) (Jet), which leaves room for
-    # the next LP round; use Lmax itself when that cannot absorb the excess.
-    limit = min(int(lmax), max(int(math.floor(opt)) + 1, int(math.floor(0.99 * lmax))))
-    limits = [limit] if limit < lmax else []
-    limits.append(int(lmax))
     target = np.full(n, -1, dtype=np.int32)
-    for limit in limits:
-        rem = np.where(bw < limit, limit - bw, 0).astype(np.int64)
-        if rem.sum() < excess and limit < lmax:
-            continue
-        max_rem = int(rem.max(initial=0))
-        if max_rem == 0:
-            continue
-        dest_ok = (rem > 0).astype(np.uint8)
-        heavy = np.full(k, max_rem + 1, dtype=np.float64)  # only vertices that fit somewhere
-        dest = np.empty(n, dtype=np.int32)
-        bucket = np.empty(n, dtype=np.int32)
-        _rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok, False,
-                           prefix, np.zeros(k + 1, dtype=np.int64), np.zeros(0, dtype=np.int32),
-                           np.uint64(0), _num_chunks(n, k), dest, bucket)
-        selected = np.empty(n, dtype=np.uint8)
-        _select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected)
-        if _strong_assign(part, vwgt, dest, bucket, selected, rem, prefix, NUM_BUCKETS, target):
-            return np.flatnonzero(target >= 0).astype(np.int32), target
-    return np.empty(0, dtype=np.int32), target
+    _strong_select(xadj, adjncy, _as_float(adjwgt), vwgt, part, k, lmax, prefix, bw,
+                   _parallel(), np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32),
+                   np.empty(n, dtype=np.uint8), target)
+    return np.flatnonzero(target >= 0).astype(np.int32), target
 
 
 def rebalance_weak(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, *, seed=0):
@@ -637,8 +817,31 @@ def rebalance_strong(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix):
 
 
 # ------------------------------------------------------------------ applying moves
+@nb.njit(cache=True)
+def _move_delta_range(xadj, adjncy, adjwgt, part, grp, moves, target, lo, hi, row):
+    """:func:`_move_delta` of ``moves[lo:hi]``, accumulated into ``row``."""
+    for i in range(lo, hi):
+        u = moves[i]
+        a = part[u]
+        b = target[u]
+        for e in range(xadj[u], xadj[u + 1]):
+            v = adjncy[e]
+            old_v = part[v]
+            new_v = old_v
+            f = 2
+            if target[v] >= 0:
+                new_v = target[v]
+                f = 1
+            w = adjwgt[e] * f
+            lev_old = 0 if a == old_v else _level_of(a, old_v, grp) + 1
+            lev_new = 0 if b == new_v else _level_of(b, new_v, grp) + 1
+            if lev_old != lev_new:
+                row[lev_old] -= w
+                row[lev_new] += w
+
+
 @nb.njit(parallel=True, cache=True)
-def _move_delta(xadj, adjncy, adjwgt, part, prefix, moves, target, nchunks, out):
+def _move_delta(xadj, adjncy, adjwgt, part, grp, moves, target, nchunks, out):
     """Traffic change per level caused by moving ``moves`` to ``target`` at once.
 
     ``target[v] >= 0`` marks moving vertices. An ordered pair with one moving end
@@ -647,36 +850,8 @@ def _move_delta(xadj, adjncy, adjwgt, part, prefix, moves, target, nchunks, out)
     """
     m = moves.size
     for c in nb.prange(nchunks):
-        lo = c * m // nchunks
-        hi = (c + 1) * m // nchunks
-        for i in range(lo, hi):
-            u = moves[i]
-            a = part[u]
-            b = target[u]
-            for e in range(xadj[u], xadj[u + 1]):
-                v = adjncy[e]
-                old_v = part[v]
-                new_v = old_v
-                f = 2
-                if target[v] >= 0:
-                    new_v = target[v]
-                    f = 1
-                w = adjwgt[e] * f
-                lev_old = 0 if a == old_v else _level_index(a, old_v, prefix) + 1
-                lev_new = 0 if b == new_v else _level_index(b, new_v, prefix) + 1
-                if lev_old != lev_new:
-                    out[c, lev_old] -= w
-                    out[c, lev_new] += w
-
-
-@nb.njit(cache=True)
-def _mark_dirty(xadj, adjncy, moves, dirty):
-    """Flag the moved vertices and their neighbours: their LP proposals are stale."""
-    for i in range(moves.size):
-        u = moves[i]
-        dirty[u] = 1
-        for e in range(xadj[u], xadj[u + 1]):
-            dirty[adjncy[e]] = 1
+        _move_delta_range(xadj, adjncy, adjwgt, part, grp, moves, target,
+                          c * m // nchunks, (c + 1) * m // nchunks, out[c])
 
 
 @nb.njit(cache=True)
@@ -688,6 +863,35 @@ def _commit(moves, target, part, vwgt, bw):
         part[u] = target[u]
 
 
+@nb.njit(cache=True)
+def _apply_moves(xadj, adjncy, adjwgt, vwgt, part, grp, k, moves, target, bw, traffic, rows,
+                 par):
+    """:func:`_apply` with caller-owned scratch ``rows`` (at least
+    ``_num_chunks(moves.size, k)`` rows of ``traffic.size``)."""
+    m = moves.size
+    if m == 0:
+        return
+    nchunks = _chunks_nb(m, k)
+    out = rows[:nchunks]
+    for c in range(nchunks):
+        for t in range(traffic.size):
+            out[c, t] = 0
+    if par and nchunks > 1:
+        _move_delta(xadj, adjncy, adjwgt, part, grp, moves, target, nchunks, out)
+    else:
+        for c in range(nchunks):
+            _move_delta_range(xadj, adjncy, adjwgt, part, grp, moves, target,
+                              c * m // nchunks, (c + 1) * m // nchunks, out[c])
+    # the float sum of the original ``traffic += out.sum(axis=0)``: NumPy adds the
+    # rows in order into a copy of the first (tests/test_jet.py checks this)
+    for t in range(traffic.size):
+        total = out[0, t]
+        for c in range(1, nchunks):
+            total += out[c, t]
+        traffic[t] += total
+    _commit(moves, target, part, vwgt, bw)
+
+
 def _apply(xadj, adjncy, adjwgt, vwgt, part, prefix, k, moves, target, bw, traffic):
     """Move ``moves`` to ``target`` in place; update block weights and traffic.
 
@@ -695,14 +899,306 @@ def _apply(xadj, adjncy, adjwgt, vwgt, part, prefix, k, moves, target, bw, traff
     """
     if moves.size == 0:
         return
-    nchunks = _num_chunks(moves.size, k)
-    out = np.zeros((nchunks, traffic.size), dtype=traffic.dtype)
-    _move_delta(xadj, adjncy, adjwgt, part, prefix, moves, target, nchunks, out)
-    traffic += out.sum(axis=0)
-    _commit(moves, target, part, vwgt, bw)
+    rows = np.empty((_num_chunks(moves.size, k), traffic.size), dtype=traffic.dtype)
+    _apply_moves(xadj, adjncy, adjwgt, vwgt, part, _group_table(np.asarray(prefix)), k, moves,
+                 target, bw, traffic, rows, _parallel())
 
 
 # ------------------------------------------------------------------ refinement loop
+#: The graph as the compiled loop sees it (``fwgt``: float64 weights for the gains;
+#: ``grp``/``delta``: :func:`_level_tables`).
+_Graph = namedtuple("_Graph", ["xadj", "adjncy", "adjwgt", "fwgt", "vwgt", "prefix", "dist",
+                               "grp", "delta"])
+
+#: Scratch and bookkeeping of one refinement (all passes of :func:`ultra_refine`),
+#: allocated once. Lists of vertices come with a flag array (membership, so each
+#: vertex is listed once) and a length in ``sizes``; every other array of ``n``
+#: entries is reused each iteration. Loops that append keep the length in a local
+#: variable and store it back once: kept in ``sizes``, it is reloaded and stored
+#: around every append (measured: 10x slower list building).
+_State = namedtuple("_State", [
+    "locked", "locks",           # LP locks: vertices moved by the last LP round
+    "dirty", "dirty_list",       # vertices whose LP proposal is stale
+    "dest", "gain",              # LP proposals, kept between rounds
+    "in_near", "near",           # the re-proposed vertices and their neighbours
+    "everyone",                  # 0, 1, ..., n - 1
+    "ok",                        # afterburner verdict per entry of near
+    "moves",                     # this iteration's moves, ascending
+    "mark",                      # all zero between uses
+    "in_changed", "changed",     # vertices moved since the last best snapshot
+    "rb_dest", "bucket", "selected",  # rebalancing proposals
+    "target",                    # destination of each moving vertex; -1 between iterations
+    "rows",                      # traffic delta per chunk of moves
+    "sizes",                     # lengths of the lists, indexed by the constants below
+])
+_NLOCK, _NDIRTY, _NCHANGED = 0, 1, 2
+
+
+@nb.njit(cache=True)
+def _new_state(n, k, traffic):
+    everyone = np.arange(n).astype(np.int32)
+    dirty = np.ones(n, dtype=np.uint8)           # nothing has been proposed yet
+    sizes = np.zeros(3, dtype=np.int64)
+    sizes[_NDIRTY] = n
+    return _State(np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.int32),
+                  dirty, everyone.copy(),
+                  np.full(n, -1, dtype=np.int32), np.zeros(n),
+                  np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.int32), everyone,
+                  np.empty(n, dtype=np.uint8), np.empty(n, dtype=np.int32),
+                  np.zeros(n, dtype=np.uint8),
+                  np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.int32),
+                  np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32),
+                  np.empty(n, dtype=np.uint8), np.full(n, -1, dtype=np.int32),
+                  np.empty((_chunks_nb(n, k), traffic.size), dtype=traffic.dtype), sizes)
+
+
+@nb.njit(inline="always", cache=True)
+def _push(u, flag, items, count):
+    """Append ``u`` to ``items[:count]`` unless ``flag`` lists it; returns the length."""
+    if flag[u]:
+        return count
+    flag[u] = 1
+    items[count] = u
+    return count + 1
+
+
+@nb.njit(cache=True)
+def _push_around(xadj, adjncy, verts, flag, items, count):
+    """:func:`_push` every vertex of ``verts`` and its neighbours."""
+    for u in verts:
+        count = _push(u, flag, items, count)
+        for e in range(xadj[u], xadj[u + 1]):
+            count = _push(adjncy[e], flag, items, count)
+    return count
+
+
+@nb.njit(inline="always", cache=True)
+def _sift_down(a, root, size):
+    while True:
+        child = 2 * root + 1
+        if child >= size:
+            return
+        if child + 1 < size and a[child + 1] > a[child]:
+            child += 1
+        if a[root] >= a[child]:
+            return
+        a[root], a[child] = a[child], a[root]
+        root = child
+
+
+@nb.njit(cache=True)
+def _sort_ascending(items, m, mark):
+    """Sort ``items[:m]`` (distinct ids below ``mark.size``) in place."""
+    if m * 32 < mark.size:
+        # heapsort: ndarray.sort would add seconds to the compile time of the loop
+        for root in range(m // 2 - 1, -1, -1):
+            _sift_down(items, root, m)
+        for end in range(m - 1, 0, -1):
+            items[0], items[end] = items[end], items[0]
+            _sift_down(items, 0, end)
+        return
+    # many items: a pass over the flags is cheaper than comparisons
+    for i in range(m):
+        mark[items[i]] = 1
+    j = 0
+    for u in range(mark.size):
+        if mark[u]:
+            mark[u] = 0
+            items[j] = u
+            j += 1
+
+
+@nb.njit(cache=True)
+def _afterburn_some(g, part, k, cut_mode, par, verts, st):
+    """Afterburner over ``verts``; the survivors go to ``st.moves`` (ascending).
+    Returns their number."""
+    nv = verts.size
+    ok = st.ok[:nv]
+    nchunks = _chunks_nb(nv, k)
+    if par and nchunks > 1:
+        _afterburn_list(g.xadj, g.adjncy, g.fwgt, part, g.grp, g.dist, cut_mode, st.dest,
+                        st.gain, verts, nchunks, ok)
+    else:
+        for i in range(nv):
+            u = verts[i]
+            ok[i] = st.dest[u] >= 0 and _afterburn_ok(u, g.xadj, g.adjncy, g.fwgt, part,
+                                                       g.grp, g.dist, cut_mode, st.dest,
+                                                       st.gain)
+    m = 0
+    for i in range(nv):
+        if ok[i]:
+            st.moves[m] = verts[i]
+            m += 1
+    _sort_ascending(st.moves, m, st.mark)
+    return m
+
+
+@nb.njit(cache=True)
+def _lp_round(g, part, k, filter_ratio, incremental, par, st):
+    """One round of :func:`jet_lp` on the kept proposals: moves in ``st.moves``, their
+    destinations in ``st.target``, locks passed on. Returns the number of moves, or
+    -1 at an unlocked fixed point (no move and no lock: LP would repeat itself).
+
+    A proposal depends only on the blocks of the vertex and its neighbours and on
+    its lock, so re-proposing the dirty vertices (moved, next to a move, unlocked)
+    equals a full re-evaluation; ``incremental=False`` re-proposes every vertex.
+
+    The afterburner then judges the re-proposed vertices and their neighbours only.
+    A verdict depends only on the blocks, destinations and gains of the vertex and
+    its neighbours; a destination changes only when it is re-proposed, and a vertex
+    is re-proposed in the LP round after it moves. So any other vertex gets the
+    verdict it got in the previous LP round, and that was "stay": a survivor moved
+    then, and would be re-proposed now. (The first LP round proposes every vertex.)
+    """
+    n = part.size
+    cut_mode = g.prefix.size == 1
+    nd = st.sizes[_NDIRTY]
+    active = st.everyone if not incremental else st.dirty_list[:nd]
+    _propose_any(g.xadj, g.adjncy, g.fwgt, part, k, g.grp, g.delta, cut_mode, filter_ratio,
+                 st.locked, active, par, st.dest, st.gain)
+    for u in st.dirty_list[:nd]:
+        st.dirty[u] = 0
+    st.sizes[_NDIRTY] = 0
+    if active.size * 8 >= n:
+        # the neighbourhood would be most of the graph: listing it costs more
+        m = _afterburn_some(g, part, k, cut_mode, par, st.everyone, st)
+    else:
+        nn = _push_around(g.xadj, g.adjncy, active, st.in_near, st.near, 0)
+        near = st.near[:nn]
+        for u in near:
+            st.in_near[u] = 0
+        m = _afterburn_some(g, part, k, cut_mode, par, near, st)
+    nlock = st.sizes[_NLOCK]
+    nd = 0
+    for u in st.locks[:nlock]:          # locks hold for one LP round only
+        st.locked[u] = 0
+        nd = _push(u, st.dirty, st.dirty_list, nd)  # its next proposal differs
+    st.sizes[_NDIRTY] = nd
+    for i in range(m):
+        u = st.moves[i]
+        st.locked[u] = 1
+        st.locks[i] = u
+        st.target[u] = st.dest[u]
+    st.sizes[_NLOCK] = m
+    return -1 if m == 0 and nlock == 0 else m
+
+
+@nb.njit(cache=True)
+def _weak_round(g, part, k, lmax, bw, seed_key, par, st):
+    """:func:`_weak_select` into ``st.moves`` / ``st.target``; returns the move count."""
+    _weak_select(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, k, lmax, g.prefix, bw, seed_key, par,
+                 st.rb_dest, st.bucket, st.selected)
+    m = 0
+    for u in range(part.size):
+        if st.selected[u]:
+            st.moves[m] = u
+            st.target[u] = st.rb_dest[u]
+            m += 1
+    return m
+
+
+@nb.njit(cache=True)
+def _strong_round(g, part, k, lmax, bw, par, st):
+    """:func:`_strong_select` into ``st.moves`` / ``st.target``; returns the move count."""
+    _strong_select(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, k, lmax, g.prefix, bw, par,
+                   st.rb_dest, st.bucket, st.selected, st.target)
+    m = 0
+    for u in range(part.size):
+        if st.target[u] >= 0:
+            st.moves[m] = u
+            m += 1
+    return m
+
+
+@nb.njit(cache=True)
+def _settle(xadj, adjncy, moves, st):
+    """After applying ``moves``: clear their targets, flag the moved vertices and
+    their neighbours dirty (stale proposals), remember the moved ones for the snapshot."""
+    nc = st.sizes[_NCHANGED]
+    for u in moves:
+        st.target[u] = -1
+        nc = _push(u, st.in_changed, st.changed, nc)
+    st.sizes[_NCHANGED] = nc
+    st.sizes[_NDIRTY] = _push_around(xadj, adjncy, moves, st.dirty, st.dirty_list,
+                                     st.sizes[_NDIRTY])
+
+
+@nb.njit(cache=True)
+def _snapshot(best, part, st):
+    """``best[:] = part``, copying only the vertices moved since the last snapshot."""
+    for u in st.changed[:st.sizes[_NCHANGED]]:
+        best[u] = part[u]
+        st.in_changed[u] = 0
+    st.sizes[_NCHANGED] = 0
+
+
+@nb.njit(cache=True)
+def _restart(xadj, adjncy, cur, best, st, stale):
+    """Turn the state a pass ended with into the start of the next pass: ``cur`` back
+    to ``best``, no locks, and every proposal that this changes marked dirty (the
+    invariant of :func:`_lp_round`). ``stale`` says which proposals the new filter
+    ratio changes: 0 none, 1 the accepted negative gains, 2 all."""
+    nd = st.sizes[_NDIRTY]
+    changed = st.changed[:st.sizes[_NCHANGED]]
+    for u in changed:                   # cur differs from best only here
+        cur[u] = best[u]
+        st.in_changed[u] = 0
+    st.sizes[_NCHANGED] = 0
+    nd = _push_around(xadj, adjncy, changed, st.dirty, st.dirty_list, nd)
+    for u in st.locks[:st.sizes[_NLOCK]]:
+        st.locked[u] = 0
+        nd = _push(u, st.dirty, st.dirty_list, nd)
+    st.sizes[_NLOCK] = 0
+    for u in range(cur.size if stale else 0):
+        if stale == 2 or (st.dest[u] >= 0 and st.gain[u] < 0.0):
+            nd = _push(u, st.dirty, st.dirty_list, nd)
+    st.sizes[_NDIRTY] = nd
+
+
+@nb.njit(cache=True)
+def _jet_loop(g, cur, best, st, k, lmax, filter_ratio, max_iters, phi, max_weak, seed_key,
+              incremental, par, traffic, cur_cost):
+    """One pass of :func:`jet_refine` on prepared inputs, from ``cur`` (equal to
+    ``best``; both updated), whose traffic (updated) and cost are ``traffic`` and
+    ``cur_cost``. Returns ``(best_cost, traffic of best)``."""
+    bw = np.zeros(k, dtype=np.int64)
+    for u in range(cur.size):
+        bw[cur[u]] += g.vwgt[u]
+    maxw = _largest(bw)
+    best_cost, best_maxw = cur_cost, maxw
+    best_traffic = traffic.copy()
+    it = 0
+    weak_runs = 0
+    while it < max_iters:
+        it += 1
+        if maxw <= lmax:
+            m = _lp_round(g, cur, k, filter_ratio, incremental, par, st)
+            weak_runs = 0
+            if m < 0:
+                break
+        elif weak_runs < max_weak:
+            m = _weak_round(g, cur, k, lmax, bw, seed_key, par, st)
+            weak_runs += 1
+        else:
+            m = _strong_round(g, cur, k, lmax, bw, par, st)
+            weak_runs = 0
+        moves = st.moves[:m]
+        _apply_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, g.grp, k, moves, st.target, bw,
+                     traffic, st.rows, par)
+        _settle(g.xadj, g.adjncy, moves, st)
+        cur_cost = _cost_nb(traffic, g.dist)
+        maxw = _largest(bw)
+        keep, progress = _judge_nb(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
+        if progress:
+            it = 0
+        if keep:
+            _snapshot(best, cur, st)
+            for t in range(traffic.size):
+                best_traffic[t] = traffic[t]
+            best_cost, best_maxw = cur_cost, maxw
+    return best_cost, best_traffic
+
+
 def _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix, dist):
     """Contiguous arrays of the expected dtypes (copies only where needed)."""
     xadj = np.ascontiguousarray(xadj, dtype=np.int64)
@@ -744,77 +1240,70 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
 
     ``incremental`` (default) re-proposes only the vertices whose proposal can have
     changed since the last LP round; ``False`` re-proposes every vertex every round.
-    Both give the same result (tested); the first is much faster.
+    Both give the same result (tested); the first is much faster. The loop runs
+    compiled, one call per refinement (module docstring, "Cost per iteration").
     """
+    g, part = _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi)
+    return _refine_passes(g, part, int(k), int(lmax), (filter_ratio,), max_iters, phi, max_weak,
+                          seed, incremental)
+
+
+def _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi):
+    """Validated, prepared inputs of the refinement: ``(_Graph, part)``."""
     xadj, adjncy, adjwgt, vwgt, part, prefix, dist = _prepare(xadj, adjncy, adjwgt, vwgt, part,
                                                               prefix, dist)
-    k, lmax = int(k), int(lmax)
+    k = int(k)
     if prefix.size == 0 or int(prefix[-1]) != k:
         raise ValueError(f"prefix must end with k = {k}")
     if not 0.0 < phi <= 1.0:
         raise ValueError(f"phi must lie in (0, 1], got {phi}")  # > 1 need not terminate
-    n = part.size
-    cur = part.copy()
-    traffic = _traffic(xadj, adjncy, adjwgt, cur, prefix, k)
-    cur_cost = _cost_of(traffic, dist)
-    if n == 0 or k == 1:
-        return cur, cur_cost
-    bw = block_weights(cur, vwgt, k)
-    fwgt = _as_float(adjwgt)  # gain kernels; traffic stays in the weights' dtype
+    g = _Graph(xadj, adjncy, adjwgt, _as_float(adjwgt), vwgt, prefix, dist,
+               *_level_tables(prefix, dist))
+    return g, part
 
-    best, best_cost, best_maxw = cur.copy(), cur_cost, int(bw.max())
-    locked = np.zeros(n, dtype=np.uint8)
-    locked_list = np.empty(0, dtype=np.int32)
-    target = np.full(n, -1, dtype=np.int32)
-    # LP proposals persist between rounds; only "dirty" vertices (moved, next to a
-    # move, or unlocked since their last proposal) are re-proposed: late rounds move
-    # few vertices, and a full re-evaluation would cost O(m) each
-    dirty = np.ones(n, dtype=np.uint8)
-    lp_dest = np.full(n, -1, dtype=np.int32)
-    lp_gain = np.zeros(n, dtype=np.float64)
-    everyone = np.arange(n, dtype=np.int32)
-    it = 0
-    weak_runs = 0
-    while it < max_iters:
-        it += 1
-        if bw.max() <= lmax:
-            active = np.flatnonzero(dirty).astype(np.int32) if incremental else everyone
-            dirty[active] = 0
-            moves, dest = _lp_moves(xadj, adjncy, fwgt, cur, k, prefix, dist, locked,
-                                    filter_ratio, active, lp_dest, lp_gain)
-            had_locks = locked_list.size > 0
-            locked[locked_list] = 0       # locks hold for one LP round only
-            dirty[locked_list] = 1        # unlocked: their next proposal differs
-            locked[moves] = 1
-            locked_list = moves
-            weak_runs = 0
-            if moves.size == 0 and not had_locks:
-                break                      # unlocked fixed point: LP would repeat itself
-            target[moves] = dest[moves]
-        elif weak_runs < max_weak:
-            moves, dest = _weak_moves(xadj, adjncy, fwgt, vwgt, cur, k, lmax, prefix, bw, seed)
-            target[moves] = dest[moves]
-            weak_runs += 1
-        else:
-            moves, full = _strong_moves(xadj, adjncy, fwgt, vwgt, cur, k, lmax, prefix, bw)
-            target[moves] = full[moves]
-            weak_runs = 0
-        _apply(xadj, adjncy, adjwgt, vwgt, cur, prefix, k, moves, target, bw, traffic)
-        target[moves] = -1
-        _mark_dirty(xadj, adjncy, moves, dirty)
-        cur_cost = _cost_of(traffic, dist)
-        maxw = int(bw.max())
 
-        keep, progress = _judge(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
-        if progress:
-            it = 0
-        if keep:
-            best[:] = cur
-            best_cost, best_maxw = cur_cost, maxw
-    if adjwgt.dtype.kind == "f":
-        # incremental float updates drift in the last bits: report a fresh sum
-        best_cost = _cost_of(_traffic(xadj, adjncy, adjwgt, best, prefix, k), dist)
+def _refine_passes(g, part, k, lmax, ratios, max_iters, phi, max_weak, seed, incremental):
+    """:func:`jet_refine` once per filter ratio on prepared inputs, each pass from the
+    best partition of the previous one. Returns ``(best, cost)``.
+
+    The passes share one state: a pass starts from the traffic and the proposals
+    its predecessor ended with, re-proposing only what the restart changes
+    (:func:`_restart`), not every vertex. Proposals and traffic depend on the
+    partition, locks and filter ratio alone, so this is exact.
+    """
+    traffic = _traffic(g.xadj, g.adjncy, g.adjwgt, part, g.prefix, k)
+    best_cost = _cost_of(traffic, g.dist)
+    if part.size == 0 or k == 1:
+        return part.copy(), best_cost
+    cur, best = part.copy(), part.copy()
+    st = _new_state(part.size, k, traffic)
+    for i, ratio in enumerate(ratios):
+        if i:
+            _restart(g.xadj, g.adjncy, cur, best, st, _stale_proposals(g, ratios[i - 1], ratio))
+        best_cost, traffic = _jet_loop(
+            g, cur, best, st, k, lmax, float(ratio), int(max_iters), float(phi), int(max_weak),
+            _seed_key(seed), bool(incremental), _parallel(), traffic, best_cost)
+        if g.adjwgt.dtype.kind == "f":
+            # incremental float updates drift in the last bits: report a fresh sum, and
+            # start the next pass from it (as a separate jet_refine call would)
+            traffic = _traffic(g.xadj, g.adjncy, g.adjwgt, best, g.prefix, k)
+            best_cost = _cost_of(traffic, g.dist)
     return best, best_cost
+
+
+def _stale_proposals(g, old_ratio, new_ratio) -> int:
+    """Which LP proposals a change of the filter ratio invalidates (:func:`_restart`).
+
+    Only cut mode filters by the ratio: a negative gain is accepted when
+    ``-gain < floor(ratio * conn(own))``. With non-negative weights, a lower ratio
+    can only reject more, so re-proposing the accepted negative gains suffices
+    (Jet's ultra schedule descends); otherwise every vertex is re-proposed.
+    """
+    if g.prefix.size > 1 or new_ratio == old_ratio:
+        return 0
+    if new_ratio < old_ratio and (g.fwgt.size == 0 or g.fwgt.min() >= 0.0):
+        return 1
+    return 2
 
 
 def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
@@ -824,12 +1313,16 @@ def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
 
     The ratios only change the cut-mode filter; in distance mode the passes differ
     only through the locks and rebalancing state they start from.
+
+    The passes share their setup and state: each continues from the traffic and
+    LP proposals its predecessor ended with (:func:`_refine_passes`) instead of
+    recomputing them; the result is that of calling :func:`jet_refine` once per
+    ratio.
     """
-    result, value = np.ascontiguousarray(part, dtype=np.int32), None
-    for ratio in filter_ratios:
-        result, value = jet_refine(xadj, adjncy, adjwgt, vwgt, result, k, lmax, prefix, dist,
-                                   filter_ratio=ratio, max_iters=max_iters, phi=phi,
-                                   max_weak=max_weak, seed=seed)
-    if value is None:
-        value = cost(xadj, adjncy, adjwgt, result, prefix, dist)
-    return result, value
+    filter_ratios = tuple(filter_ratios)
+    if not filter_ratios:
+        result = np.ascontiguousarray(part, dtype=np.int32)
+        return result, cost(xadj, adjncy, adjwgt, result, prefix, dist)
+    g, part = _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi)
+    return _refine_passes(g, part, int(k), int(lmax), filter_ratios, max_iters, phi, max_weak,
+                          seed, True)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from procmap.graph import CommGraph
-from procmap.generators import grid_graph
+from procmap.generators import grid_graph, random_geometric_graph
 from procmap.kernels import jet_cpu as jet
+from procmap.kernels.common_cpu import level_index, mix64
 from procmap.objective import evaluate
 from procmap.topology import Hierarchy
 
@@ -238,3 +239,279 @@ def test_incremental_lp_equals_full_reevaluation(h, start_kind):
         full = refine(g, start, h.k, lmax, h, seed=seed, incremental=False)
         np.testing.assert_array_equal(fast[0], full[0])
         assert fast[1] == full[1]
+
+
+# ------------------------------------------------------------------ compiled loop vs references
+def geometric_graph(n, seed, float_weights=False):
+    """A random geometric graph (ids follow the points: block ranges are good
+    partitions), with random vertex weights and optionally float edge weights."""
+    base = random_geometric_graph(n, seed=seed)
+    src = np.repeat(np.arange(n), np.diff(base.xadj))
+    one = src < base.adjncy
+    rng = np.random.default_rng(seed)
+    w = rng.random(one.sum()) * 5 if float_weights else rng.integers(1, 6, one.sum())
+    return CommGraph.from_edges(src[one], base.adjncy[one], w, n=n, vwgt=rng.integers(1, 4, n))
+
+
+def noisy_blocks(n, k, seed, noise=0.05):
+    """Id-range blocks with a few vertices elsewhere: LP rounds then move few vertices."""
+    rng = np.random.default_rng(seed)
+    part = (np.arange(n) * k // n).astype(np.int32)
+    flip = rng.random(n) < noise
+    part[flip] = rng.integers(0, k, flip.sum())
+    return part
+
+
+def prepared(g, part, h):
+    """The compiled loop's inputs and a fresh state for ``part``."""
+    gg, cur = jet._setup(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, h.k, h.prefix_sizes,
+                         np.asarray(h.distances), 0.999)
+    traffic = jet._traffic(gg.xadj, gg.adjncy, gg.adjwgt, cur, gg.prefix, h.k)
+    return gg, cur.copy(), traffic, jet._new_state(g.n, h.k, traffic)
+
+
+@pytest.mark.parametrize("par", [False, True])
+@pytest.mark.parametrize("float_weights", [False, True])
+@pytest.mark.parametrize("h", [CUT4, TREE8])
+def test_fused_lp_rounds_match_jet_lp(h, float_weights, par):
+    """Each compiled LP round (kept proposals, afterburner near the re-proposed
+    vertices only) moves exactly what a full :func:`jet_lp` with the same locks
+    moves, across foreign moves (as rebalancing makes) and pass restarts."""
+    g = geometric_graph(4000, seed=5, float_weights=float_weights)
+    k = h.k
+    prefix, dist = h.prefix_sizes, np.asarray(h.distances)
+    gg, cur, traffic, st = prepared(g, noisy_blocks(g.n, k, 2), h)
+    best = cur.copy()
+    bw = jet.block_weights(cur, g.vwgt, k)
+    locked = np.zeros(g.n, bool)
+    rng = np.random.default_rng(0)
+    ratios = iter([0.5, 0.5, 0.9, 0.1])
+    ratio = 0.85
+    lp_moves = 0
+    for step in range(36):
+        if step % 9 == 8:    # next pass: back to the snapshot, no locks, next ratio
+            new_ratio = next(ratios)
+            jet._restart(gg.xadj, gg.adjncy, cur, best, st,
+                         jet._stale_proposals(gg, ratio, new_ratio))
+            np.testing.assert_array_equal(cur, best)
+            bw = jet.block_weights(cur, g.vwgt, k)
+            traffic = jet._traffic(gg.xadj, gg.adjncy, gg.adjwgt, cur, gg.prefix, k)
+            locked[:] = False
+            ratio = new_ratio
+        if step % 4 == 3:    # foreign moves: locks stay, proposals around them go stale
+            moves = np.sort(rng.choice(g.n, 40, replace=False)).astype(np.int32)
+            st.target[moves] = (cur[moves] + rng.integers(1, k, moves.size)) % k
+        else:
+            want, targets = jet.jet_lp(g.xadj, g.adjncy, g.adjwgt, cur, k, prefix, dist,
+                                       locked=locked, filter_ratio=ratio)
+            m = jet._lp_round(gg, cur, k, ratio, True, par, st)
+            moves = st.moves[:max(m, 0)].copy()
+            np.testing.assert_array_equal(moves, want)
+            np.testing.assert_array_equal(st.target[moves], targets)
+            locked[:] = False
+            locked[moves] = True
+            lp_moves += moves.size
+        jet._apply_moves(gg.xadj, gg.adjncy, gg.adjwgt, gg.vwgt, cur, gg.grp, k, moves,
+                         st.target, bw, traffic, st.rows, par)
+        jet._settle(gg.xadj, gg.adjncy, moves, st)
+        assert (st.target == -1).all()
+        if step % 3 == 0:
+            jet._snapshot(best, cur, st)
+            np.testing.assert_array_equal(best, cur)
+    assert lp_moves > 100
+    np.testing.assert_array_equal(bw, jet.block_weights(cur, g.vwgt, k))
+    fresh = jet._traffic(gg.xadj, gg.adjncy, gg.adjwgt, cur, gg.prefix, k)
+    np.testing.assert_allclose(traffic, fresh, rtol=1e-12)
+
+
+@pytest.mark.parametrize("prefix", [[4], [2, 4, 8], [3, 6], [4, 32, 192]])
+def test_group_table_levels_match_level_index(prefix):
+    grp = jet._group_table(np.asarray(prefix))
+    prefix = np.asarray(prefix, dtype=np.int64)
+    for p in range(prefix[-1]):
+        for q in range(0, prefix[-1], 7 if prefix[-1] > 50 else 1):
+            assert jet._level_of(p, q, grp) == level_index(p, q, prefix) or p == q
+
+
+@pytest.mark.parametrize("float_weights", [False, True])
+def test_apply_sums_chunks_like_numpy(float_weights):
+    """Traffic deltas: the chunk sums are added in NumPy's order, bit for bit, and
+    the traffic is the objective kernel's for the new partition."""
+    g = random_graph(9000, 40000, seed=8, float_weights=float_weights)
+    k, prefix = 8, np.array([2, 4, 8])
+    part = random_balanced(g.n, k, 1)
+    rng = np.random.default_rng(3)
+    moves = np.flatnonzero(rng.random(g.n) < 0.6).astype(np.int32)  # several chunks
+    target = np.full(g.n, -1, np.int32)
+    target[moves] = rng.integers(0, k, moves.size)
+    traffic = jet._traffic(g.xadj, g.adjncy, g.adjwgt, part, prefix, k)
+    nchunks = jet._num_chunks(moves.size, k)
+    assert nchunks > 2
+    out = np.zeros((nchunks, traffic.size), dtype=traffic.dtype)
+    jet._move_delta(g.xadj, g.adjncy, g.adjwgt, part, jet._group_table(prefix), moves, target,
+                    nchunks, out)
+    want = traffic + out.sum(axis=0)
+    new, bw = part.copy(), jet.block_weights(part, g.vwgt, k)
+    jet._apply(g.xadj, g.adjncy, g.adjwgt, g.vwgt, new, prefix, k, moves, target, bw, traffic)
+    np.testing.assert_array_equal(traffic.view(np.int64), want.view(np.int64))
+    np.testing.assert_array_equal(bw, jet.block_weights(new, g.vwgt, k))
+    fresh = jet._traffic(g.xadj, g.adjncy, g.adjwgt, new, prefix, k)
+    if float_weights:
+        np.testing.assert_allclose(traffic, fresh, rtol=1e-12)
+    else:
+        np.testing.assert_array_equal(traffic, fresh)
+
+
+@pytest.mark.parametrize("float_weights", [False, True])
+@pytest.mark.parametrize("h", [CUT4, TREE8])
+def test_thread_pool_and_serial_paths_agree(h, float_weights, monkeypatch):
+    """Kernels of several chunks run on the thread pool or serially in the caller:
+    the same partitions and the very same float costs either way."""
+    g = random_graph(10000, 50000, seed=4, float_weights=float_weights)
+    lmax = lmax_of(g, h.k)
+    starts = [random_balanced(g.n, h.k, 1), np.zeros(g.n, np.int32)]
+    runs = {}
+    for par in (False, True):
+        monkeypatch.setattr(jet, "_parallel", lambda: par)
+        for i, start in enumerate(starts):
+            runs[par, i] = refine(g, start, h.k, lmax, h, seed=2)
+            runs[par, i, "ultra"] = jet.ultra_refine(
+                g.xadj, g.adjncy, g.adjwgt, g.vwgt, start, h.k, lmax, h.prefix_sizes,
+                np.asarray(h.distances), filter_ratios=(0.7, 0.3), seed=2)
+    for key, (part, value) in runs.items():
+        if key[0]:
+            ref_part, ref_value = runs[(False,) + key[1:]]
+            np.testing.assert_array_equal(part, ref_part)
+            assert value == ref_value
+
+
+@pytest.mark.parametrize("ratios", [jet.ULTRA_FILTER_RATIOS[::4], (0.3, 0.6, 0.6, 0.1, 0.9)])
+@pytest.mark.parametrize("float_weights", [False, True])
+@pytest.mark.parametrize("h", [CUT4, TREE8])
+def test_ultra_refine_equals_chained_jet_refine(h, float_weights, ratios):
+    """ultra_refine carries traffic and proposals from pass to pass; the result must
+    be that of separate jet_refine calls (falling, rising and repeated ratios)."""
+    for seed in range(2):
+        g = random_graph(700, 3000, seed=seed, float_weights=float_weights)
+        lmax = lmax_of(g, h.k)
+        for start in (random_balanced(g.n, h.k, seed), np.zeros(g.n, np.int32)):
+            part, value = start, None
+            for ratio in ratios:
+                part, value = refine(g, part, h.k, lmax, h, filter_ratio=ratio, max_iters=4,
+                                     seed=seed)
+            got = jet.ultra_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, start, h.k, lmax,
+                                   h.prefix_sizes, np.asarray(h.distances),
+                                   filter_ratios=ratios, max_iters=4, seed=seed)
+            np.testing.assert_array_equal(got[0], part)
+            assert got[1] == value
+
+
+def weak_reference(g, part, k, lmax, prefix, bw, seed):
+    """Weak rebalancing with the NumPy glue it had before moving into Numba."""
+    adjwgt = g.adjwgt.astype(np.float64)
+    opt = float(bw.sum()) / k
+    sigma = max(0.99 * lmax, lmax - 100.0)
+    dest_ok = (bw < sigma).astype(np.uint8)
+    valid_cum = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(dest_ok, out=valid_cum[1:])
+    valid_ids = np.flatnonzero(dest_ok).astype(np.int32)
+    heavy = 1.5 * (bw - opt)
+    dest = np.empty(g.n, np.int32)
+    bucket = np.empty(g.n, np.int32)
+    jet._rebalance_propose(g.xadj, g.adjncy, adjwgt, g.vwgt, part, k, bw, lmax, heavy, dest_ok,
+                           True, prefix, valid_cum, valid_ids, jet._seed_key(seed),
+                           jet._num_chunks(g.n, k), dest, bucket)
+    selected = np.empty(g.n, np.uint8)
+    jet._select_prefix(part, g.vwgt, dest, bucket, bw, lmax, k, jet.NUM_BUCKETS, selected)
+    return np.flatnonzero(selected).astype(np.int32), dest
+
+
+def strong_reference(g, part, k, lmax, prefix, bw):
+    """Strong rebalancing with the NumPy glue it had before moving into Numba."""
+    adjwgt = g.adjwgt.astype(np.float64)
+    opt = float(bw.sum()) / k
+    excess = int(np.maximum(bw - lmax, 0).sum())
+    limit = min(int(lmax), max(int(math.floor(opt)) + 1, int(math.floor(0.99 * lmax))))
+    limits = ([limit] if limit < lmax else []) + [int(lmax)]
+    target = np.full(g.n, -1, dtype=np.int32)
+    for limit in limits:
+        rem = np.where(bw < limit, limit - bw, 0).astype(np.int64)
+        if rem.sum() < excess and limit < lmax:
+            continue
+        max_rem = int(rem.max(initial=0))
+        if max_rem == 0:
+            continue
+        dest, bucket = np.empty(g.n, np.int32), np.empty(g.n, np.int32)
+        jet._rebalance_propose(g.xadj, g.adjncy, adjwgt, g.vwgt, part, k, bw, lmax,
+                               np.full(k, max_rem + 1.0), (rem > 0).astype(np.uint8), False,
+                               prefix, np.zeros(k + 1, np.int64), np.zeros(0, np.int32),
+                               np.uint64(0), jet._num_chunks(g.n, k), dest, bucket)
+        selected = np.empty(g.n, np.uint8)
+        jet._select_prefix(part, g.vwgt, dest, bucket, bw, lmax, k, jet.NUM_BUCKETS, selected)
+        if jet._strong_assign(part, g.vwgt, dest, bucket, selected, rem, prefix, jet.NUM_BUCKETS,
+                              target):
+            return np.flatnonzero(target >= 0).astype(np.int32), target
+    return np.empty(0, dtype=np.int32), target
+
+
+@pytest.mark.parametrize("float_weights", [False, True])
+@pytest.mark.parametrize("h", [CUT4, TREE8, Hierarchy((3, 2), (2.0, 7.0))])
+def test_rebalancers_match_numpy_glue(h, float_weights):
+    g = random_graph(2000, 8000, seed=6, float_weights=float_weights)
+    k, prefix = h.k, np.asarray(h.prefix_sizes, dtype=np.int64)
+    lmax = lmax_of(g, k)
+    rng = np.random.default_rng(1)
+    for skew in (0.2, 0.6, 1.0):
+        part = np.where(rng.random(g.n) < skew, 0, rng.integers(0, k, g.n)).astype(np.int32)
+        bw = jet.block_weights(part, g.vwgt, k)
+        weak = jet._weak_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, bw, 5)
+        for got, want in zip(weak, weak_reference(g, part, k, lmax, prefix, bw, 5)):
+            np.testing.assert_array_equal(got, want)
+        strong = jet._strong_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, bw)
+        for got, want in zip(strong, strong_reference(g, part, k, lmax, prefix, bw)):
+            np.testing.assert_array_equal(got, want)
+        assert weak[0].size > 0 and strong[0].size > 0
+
+
+def test_rebalance_proposals_match_definition():
+    """Rebalancing proposals from their definition (the interior shortcut included)."""
+    g = geometric_graph(1500, seed=3, float_weights=True)
+    k, prefix = 4, np.array([2, 4])
+    lmax = lmax_of(g, k)
+    part = noisy_blocks(g.n, k, 1, noise=0.02)
+    part[(part == 1) & (np.arange(g.n) % 3 == 0)] = 0       # block 0 overloaded
+    bw = jet.block_weights(part, g.vwgt, k)
+    assert bw[0] > lmax
+    dest_ok = (bw < lmax).astype(np.uint8)
+    valid_cum = np.concatenate(([0], np.cumsum(dest_ok))).astype(np.int64)
+    valid_ids = np.flatnonzero(dest_ok).astype(np.int32)
+    heavy = np.full(k, 3.0)                                  # weight-3 vertices stay
+    dest, bucket = np.empty(g.n, np.int32), np.empty(g.n, np.int32)
+    key = jet._seed_key(4)
+    jet._rebalance_propose(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, bw, lmax, heavy, dest_ok,
+                           True, prefix, valid_cum, valid_ids, key, 1, dest, bucket)
+    interior = 0
+    for u in range(g.n):
+        a = part[u]
+        if bw[a] <= lmax or g.vwgt[u] >= 3:
+            assert dest[u] == -1 and bucket[u] == 0
+            continue
+        conn = {}
+        for v, w in zip(g.adjncy[g.xadj[u]:g.xadj[u + 1]], g.adjwgt[g.xadj[u]:g.xadj[u + 1]]):
+            conn[part[v]] = conn.get(part[v], 0.0) + float(w)
+        own = conn.get(a, 0.0)
+        options = [(-c, b) for b, c in conn.items() if b != a and dest_ok[b]]
+        if options:
+            best_c, want = -min(options)[0], min(options)[1]
+        else:
+            interior += len(conn) <= 1
+            best_c, want = 0.0, -1
+            for size in prefix:                              # nearest group with room
+                lo = a // size * size
+                ids = valid_ids[(valid_ids >= lo) & (valid_ids < lo + size)]
+                if ids.size:
+                    want = ids[int(mix64(np.uint64(u) ^ key) % np.uint64(ids.size))]
+                    break
+        assert dest[u] == want
+        assert bucket[u] == jet._gain_bucket(best_c - own, int(g.vwgt[u]))
+    assert interior > 50
