@@ -77,3 +77,42 @@ __device__ __forceinline__ i64 table_extent(const ConnTable& T) {
 __device__ __forceinline__ int group_key(i64 t, i64 b, i64 k, const i64* __restrict__ div) {
     return (int)(t * k + b / div[t]);
 }
+
+// A neighbour of u (CSR entries [lo, hi)) lies in another block than a = part[u];
+// interior vertices have nowhere to go, so the proposal kernels skip them before any
+// table work.
+__device__ __forceinline__ bool on_boundary(i64 lo, i64 hi, const int* __restrict__ adjncy,
+                                            const int* __restrict__ part, i64 a) {
+    for (i64 e = lo; e < hi; ++e)
+        if (part[adjncy[e]] != a) return true;
+    return false;
+}
+
+// Sum the weights of u's CSR entries [lo, hi) into T by level group, in neighbour order.
+__device__ __forceinline__ void table_fill(ConnTable& T, i64 lo, i64 hi,
+                                          const int* __restrict__ adjncy,
+                                          const int* __restrict__ part,
+                                          const double* __restrict__ w, i64 k, i64 nlev,
+                                          const i64* __restrict__ div) {
+    for (i64 e = lo; e < hi; ++e) {
+        const i64 b = part[adjncy[e]];
+        for (i64 t = 0; t < nlev; ++t) table_add(T, group_key(t, b, k, div), w[e]);
+    }
+}
+
+// Gain of moving u from block a to the adjacent block b, whose level-0 entry is slot i:
+// conn(b) - conn(a) in cut mode, else paper equation 1 through the group
+// connectivities, sum_t delta[t] * (W_t(b) - W_t(a)) (the CPU's operation order).
+__device__ __forceinline__ double move_gain(ConnTable& T, i64 i, i64 a, i64 b, double own,
+                                            i64 cut_mode, i64 k, i64 nlev,
+                                            const i64* __restrict__ div,
+                                            const double* __restrict__ delta) {
+    if (cut_mode) return __dsub_rn(T.vals[i], own);
+    double g = 0.0;
+    for (i64 t = 0; t < nlev; ++t) {
+        const double wb = table_get(T, group_key(t, b, k, div));
+        const double wa = table_get(T, group_key(t, a, k, div));
+        g = __dadd_rn(g, __dmul_rn(delta[t], __dsub_rn(wb, wa)));
+    }
+    return g;
+}

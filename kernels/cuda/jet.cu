@@ -32,25 +32,14 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
         if (locked[u]) continue;
         const i64 a = part[u];
         const i64 lo = xadj[u], hi = xadj[u + 1];
-        // interior vertices have nowhere to go: skip them before any table work
-        bool boundary = false;
-        for (i64 e = lo; e < hi; ++e) {
-            if (part[adjncy[e]] != a) {
-                boundary = true;
-                break;
-            }
-        }
-        if (!boundary) continue;
+        if (!on_boundary(lo, hi, adjncy, part, a)) continue;
 
         int local_keys[LOCAL_TABLE];
         double local_vals[LOCAL_TABLE];
         const i64 cap = (hi - lo) * nlev;
         ConnTable T = spill[u] < 0 ? table_open(local_keys, local_vals, 0, cap)
                                    : table_open(keys, vals, spill[u], cap);
-        for (i64 e = lo; e < hi; ++e) {
-            const i64 b = part[adjncy[e]];
-            for (i64 t = 0; t < nlev; ++t) table_add(T, group_key(t, b, k, div), w[e]);
-        }
+        table_fill(T, lo, hi, adjncy, part, w, k, nlev, div);
         const double own = table_get(T, (int)a);
         i64 best_b = -1;
         double best_g = 0.0;
@@ -61,17 +50,7 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
             const int key = T.keys[i];
             if (key < 0 || key >= k || key == a) continue;
             const i64 b = key;
-            double g;
-            if (cut_mode) {
-                g = T.vals[i] - own;
-            } else {
-                g = 0.0;
-                for (i64 t = 0; t < nlev; ++t) {
-                    const double wb = table_get(T, group_key(t, b, k, div));
-                    const double wa = table_get(T, group_key(t, a, k, div));
-                    g = __dadd_rn(g, __dmul_rn(delta[t], __dsub_rn(wb, wa)));
-                }
-            }
+            const double g = move_gain(T, i, a, b, own, cut_mode, k, nlev, div, delta);
             if (best_b < 0 || g > best_g || (g == best_g && b < best_b)) {
                 best_b = b;
                 best_g = g;
