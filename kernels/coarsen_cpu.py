@@ -72,7 +72,7 @@ def _cap(max_vwgt) -> int:
 
 # ------------------------------------------------------------------------- HEM
 # error_model="numpy": no ZeroDivisionError test per edge (the divisor is >= 1)
-@nb.njit(parallel=True, cache=True, error_model="numpy")
+@nb.njit(parallel=True, cache=True, nogil=True, error_model="numpy")
 def _hem_propose(xadj, adjncy, adjwgt, avail, cap, seed, todo, pref):
     """pref[u] = best eligible unmatched neighbour of every u in ``todo`` (or -1).
 
@@ -116,7 +116,7 @@ def _hem_propose(xadj, adjncy, adjwgt, avail, cap, seed, todo, pref):
         pref[np.uint64(u)] = best
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _hem_handshake(active, na, pref, match, avail, todo):
     """Handshake: u and pref[u] match iff they prefer each other; then compact
     ``active[:na]`` to the vertices that may still match and list in ``todo`` those
@@ -153,7 +153,7 @@ def _hem_handshake(active, na, pref, match, avail, todo):
     return matched, k, t
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _hem_rounds(xadj, adjncy, adjwgt, avail, cap, seed, max_rounds, match, pref):
     """The rounds of :func:`heavy_edge_matching` in one compiled call: no Python
     work (list compaction, launches) per round."""
@@ -198,7 +198,7 @@ def heavy_edge_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0
 
 
 # ------------------------------------------------- two-hop: leaves, relatives
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _pair_by_anchor(xadj, adjncy, vwgt, cap, anchor, match):
     """Pair up unmatched vertices that chose the same anchor (a common neighbour).
 
@@ -227,7 +227,7 @@ def _pair_by_anchor(xadj, adjncy, vwgt, cap, anchor, match):
     return count
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _anchors(xadj, adjncy, adjwgt, match, max_degree, anchor):
     """anchor[v] = matchmaker of every unmatched v with 1 <= deg(v) <= max_degree,
     else -1.
@@ -258,7 +258,7 @@ def _anchors(xadj, adjncy, adjwgt, match, max_degree, anchor):
 
 
 # ------------------------------------------------------------- two-hop: twins
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _neighbourhood_hash(xadj, adjncy, match, seed, out):
     """Order-independent hash of N(v) (sum of scrambled ids) of unmatched v."""
     n = xadj.size - 1
@@ -283,7 +283,7 @@ def _same_neighbourhood(xadj, adjncy, u, v):
     return True
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _pair_twins(xadj, adjncy, vwgt, cap, order, starts, match):
     """Pair consecutive vertices of each run of equal hashes whose neighbourhoods
     really are equal (checked, so a hash collision never pairs non-twins)."""
@@ -367,7 +367,7 @@ def two_hop_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0, *
 
 
 # ------------------------------------------------------------------ coarse ids
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _number_pairs(match, cmap):
     """One pass in id order: a leader (the smaller endpoint) takes the next number,
     its partner (met later) copies it. Returns nc, or -1 if ``match`` is not a
@@ -403,7 +403,7 @@ def coarse_ids(match) -> tuple[np.ndarray, int]:
 
 
 # ------------------------------------------------------------------ contraction
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _members(xadj, cmap, nc):
     """Fine members of every coarse vertex (counting sort, ids increasing), and
     ``boff``: prefix sums of the coarse degree bounds (Algorithm 3 lines 1-3: a
@@ -426,7 +426,7 @@ def _members(xadj, cmap, nc):
     return mptr, mem, boff
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _gather_rows(xadj, adjncy, adjwgt, vwgt, cmap, mptr, mem, boff, cuts, ckey, cwgt, cdeg,
                  cvwgt):
     """Algorithm 3 lines 4-10 with a dense slot map over coarse ids (as METIS
@@ -473,7 +473,7 @@ def _gather_rows(xadj, adjncy, adjwgt, vwgt, cmap, mptr, mem, boff, cuts, ckey, 
             cvwgt[c] = vw
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _chunk_fill(boff, cuts, cdeg, ckey, cxadj):
     """fill[j, d]: where chunk j's first entry of row d goes in the transposition
     (row start plus the entries that earlier chunks send to row d)."""
@@ -494,7 +494,7 @@ def _chunk_fill(boff, cuts, cdeg, ckey, cxadj):
     return fill
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _transpose_rows(boff, cuts, cdeg, ckey, cwgt, fill, cadjncy, cadjwgt):
     """Write every coarse edge (c, d, w) as entry c of row d. Sources are visited
     in increasing c, so every row comes out sorted; the graph is symmetric, so the
@@ -578,7 +578,7 @@ def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
 
 
 # ------------------------------------------------------- V-cycle edge filter
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _count_internal(xadj, adjncy, part, nxadj):
     for u in nb.prange(xadj.size - 1):
         pu = part[u]
@@ -588,7 +588,7 @@ def _count_internal(xadj, adjncy, part, nxadj):
         nxadj[u + 1] = k
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _copy_internal(xadj, adjncy, adjwgt, part, nxadj, nadjncy, nadjwgt):
     for u in nb.prange(xadj.size - 1):
         pu = part[u]

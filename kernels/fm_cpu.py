@@ -18,7 +18,7 @@ import numpy as np
 from .common_cpu import distance as _distance
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, prefix, dist, conn, blocks):
     """Best destination of ``u`` among its neighbours' blocks with room; ``(b, gain)``."""
     a = part[u]
@@ -51,7 +51,7 @@ def _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, prefix, dist, conn
     return best_b, best_g
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _push(hkey, hval, size, key, val):
     i = size
     hkey[i] = key
@@ -67,7 +67,7 @@ def _push(hkey, hval, size, key, val):
     return size + 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _pop(hkey, hval, size):
     key = hkey[0]
     val = hval[0]
@@ -91,7 +91,7 @@ def _pop(hkey, hval, size):
     return key, val, size
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, max_stall):
     n = part.size
     bw = np.zeros(k, dtype=np.int64)

@@ -97,7 +97,7 @@ class TableScratch:
 STAGING_BYTES = 64 << 20
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _max_int(a):
     """Maximum of a non-empty integer array (parallel: the host side of an upload)."""
     chunks = 64
@@ -113,7 +113,7 @@ def _max_int(a):
     return best.max()
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _cast_into(src, dst):
     for i in nb.prange(src.size):
         dst[i] = src[i]

@@ -79,7 +79,7 @@ def step_key(seed: int, step: int) -> np.uint64:
 
 
 # ------------------------------------------------------------------ kernels
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _isr_propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, k, grp, delta, cut_mode, nchunks,
                  dest, gain):
     """Best legal destination of every boundary vertex (step 1 of the module docstring).
@@ -155,7 +155,7 @@ def _beats(gv, hv, gu, hu):
     return gv > gu or (gv == gu and hv > hu)
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _isr_independent(xadj, adjncy, dest, gain, key, nchunks, sel):
     """``sel[u] = 1`` for the candidates whose priority beats every candidate neighbour."""
     n = dest.size
@@ -180,7 +180,7 @@ def _isr_independent(xadj, adjncy, dest, gain, key, nchunks, sel):
                 sel[u] = 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _prefix_select(src, dst, w, bw, lmax):
     """Largest ``j`` such that after moves ``0..j`` no block exceeds ``lmax`` (-1: none).
 

@@ -195,7 +195,7 @@ _judge_nb = nb.njit(cache=True)(_judge)
 _chunks_nb = nb.njit(cache=True)(_num_chunks)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _largest(a):
     """``a.max()`` of a non-empty array (as a loop: NumPy's reduction costs seconds of
     compile time in every caller)."""
@@ -230,7 +230,7 @@ def cost(xadj, adjncy, adjwgt, part, prefix, dist) -> float:
 
 
 # ------------------------------------------------------------------ label propagation
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _propose_range(xadj, adjncy, adjwgt, part, grp, delta, cut_mode, filter_ratio, locked,
                    active, lo, hi, acc, seen, touched, dest, gain):
     """:func:`_lp_propose` for ``active[lo:hi]`` with the caller's scratch: ``acc``
@@ -298,7 +298,7 @@ def _propose_range(xadj, adjncy, adjwgt, part, grp, delta, cut_mode, filter_rati
                     acc[t, grp[t, b]] = 0.0
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _lp_propose(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_ratio,
                 locked, active, nchunks, dest, gain):
     """First filter of Algorithm 4: best adjacent block of every vertex in ``active``.
@@ -320,7 +320,7 @@ def _lp_propose(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_rati
                        dest, gain)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _propose_any(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_ratio, locked,
                  active, par, dest, gain):
     """:func:`_lp_propose`, on the thread pool only when ``par`` and several chunks."""
@@ -337,7 +337,7 @@ def _propose_any(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_rat
                    active, 0, active.size, acc, seen, touched, dest, gain)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _afterburn_ok(u, xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain):
     """Afterburner verdict for a candidate ``u`` (``dest[u] >= 0``): see
     :func:`_lp_afterburn`."""
@@ -362,7 +362,7 @@ def _afterburn_ok(u, xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain
     return g2 >= 0.0
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _lp_afterburn(xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain,
                   nchunks, move):
     """Second filter of Algorithm 4 (the afterburner).
@@ -381,7 +381,7 @@ def _lp_afterburn(xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain,
                 move[u] = 1
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _afterburn_list(xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain, verts,
                     nchunks, ok):
     """:func:`_lp_afterburn` for the vertices ``verts`` only: ``ok[i]`` for ``verts[i]``."""
@@ -462,7 +462,7 @@ def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None, filter_r
 
 
 # ------------------------------------------------------------------ rebalancing
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _rebalance_range(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, fallback,
                      prefix, valid_cum, valid_ids, seed_key, lo, hi, conn, seen, touched, dest,
                      bucket):
@@ -525,7 +525,7 @@ def _rebalance_range(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok,
         bucket[u] = _gain_bucket(best_c - own, vwgt[u])
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok,
                        fallback, prefix, valid_cum, valid_ids, seed_key, nchunks, dest, bucket):
     """Per-vertex move proposal of the rebalancers (cut-based loss, as GPU-HeiPa).
@@ -548,7 +548,7 @@ def _rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, des
                          (c + 1) * n // nchunks, conn, seen, touched, dest, bucket)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _rebalance_any(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok, fallback,
                    prefix, valid_cum, valid_ids, seed_key, par, dest, bucket):
     """:func:`_rebalance_propose`, on the thread pool only when ``par`` and several chunks."""
@@ -568,7 +568,7 @@ def _rebalance_any(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok
                      bucket)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _select_prefix(part, vwgt, dest, bucket, bw, lmax, k, nbuckets, selected):
     """Per overloaded block, select the candidates that restore its weight.
 
@@ -613,7 +613,7 @@ def _select_prefix(part, vwgt, dest, bucket, bw, lmax, k, nbuckets, selected):
     return count
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _strong_assign(part, vwgt, dest, bucket, selected, rem, prefix, nbuckets, target):
     """Give every selected vertex a destination with room (never past ``rem``).
 
@@ -687,7 +687,7 @@ def _strong_assign(part, vwgt, dest, bucket, selected, rem, prefix, nbuckets, ta
     return moved
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _weak_select(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, seed_key, par, dest,
                  bucket, selected):
     """Weak rebalancing (paper Algorithm 5): proposals in ``dest``/``bucket``, the
@@ -713,7 +713,7 @@ def _weak_select(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, seed_key
     return _select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected)
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _strong_select(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, par, dest, bucket,
                    selected, target):
     """Strong rebalancing: writes ``target`` (-1: stays) of every vertex; returns the
@@ -817,7 +817,7 @@ def rebalance_strong(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix):
 
 
 # ------------------------------------------------------------------ applying moves
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _move_delta_range(xadj, adjncy, adjwgt, part, grp, moves, target, lo, hi, row):
     """:func:`_move_delta` of ``moves[lo:hi]``, accumulated into ``row``."""
     for i in range(lo, hi):
@@ -840,7 +840,7 @@ def _move_delta_range(xadj, adjncy, adjwgt, part, grp, moves, target, lo, hi, ro
                 row[lev_new] += w
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _move_delta(xadj, adjncy, adjwgt, part, grp, moves, target, nchunks, out):
     """Traffic change per level caused by moving ``moves`` to ``target`` at once.
 
@@ -854,7 +854,7 @@ def _move_delta(xadj, adjncy, adjwgt, part, grp, moves, target, nchunks, out):
                           c * m // nchunks, (c + 1) * m // nchunks, out[c])
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _commit(moves, target, part, vwgt, bw):
     for i in range(moves.size):
         u = moves[i]
@@ -863,7 +863,7 @@ def _commit(moves, target, part, vwgt, bw):
         part[u] = target[u]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _apply_moves(xadj, adjncy, adjwgt, vwgt, part, grp, k, moves, target, bw, traffic, rows,
                  par):
     """:func:`_apply` with caller-owned scratch ``rows`` (at least
@@ -934,7 +934,7 @@ _State = namedtuple("_State", [
 _NLOCK, _NDIRTY, _NCHANGED = 0, 1, 2
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _new_state(n, k, traffic):
     everyone = np.arange(n).astype(np.int32)
     dirty = np.ones(n, dtype=np.uint8)           # nothing has been proposed yet
@@ -962,7 +962,7 @@ def _push(u, flag, items, count):
     return count + 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _push_around(xadj, adjncy, verts, flag, items, count):
     """:func:`_push` every vertex of ``verts`` and its neighbours."""
     for u in verts:
@@ -986,7 +986,7 @@ def _sift_down(a, root, size):
         root = child
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _sort_ascending(items, m, mark):
     """Sort ``items[:m]`` (distinct ids below ``mark.size``) in place."""
     if m * 32 < mark.size:
@@ -1008,7 +1008,7 @@ def _sort_ascending(items, m, mark):
             j += 1
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _afterburn_some(g, part, k, cut_mode, par, verts, st):
     """Afterburner over ``verts``; the survivors go to ``st.moves`` (ascending).
     Returns their number."""
@@ -1033,7 +1033,7 @@ def _afterburn_some(g, part, k, cut_mode, par, verts, st):
     return m
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _lp_round(g, part, k, filter_ratio, incremental, par, st):
     """One round of :func:`jet_lp` on the kept proposals: moves in ``st.moves``, their
     destinations in ``st.target``, locks passed on. Returns the number of moves, or
@@ -1083,7 +1083,7 @@ def _lp_round(g, part, k, filter_ratio, incremental, par, st):
     return -1 if m == 0 and nlock == 0 else m
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _weak_round(g, part, k, lmax, bw, seed_key, par, st):
     """:func:`_weak_select` into ``st.moves`` / ``st.target``; returns the move count."""
     _weak_select(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, k, lmax, g.prefix, bw, seed_key, par,
@@ -1097,7 +1097,7 @@ def _weak_round(g, part, k, lmax, bw, seed_key, par, st):
     return m
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _strong_round(g, part, k, lmax, bw, par, st):
     """:func:`_strong_select` into ``st.moves`` / ``st.target``; returns the move count."""
     _strong_select(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, k, lmax, g.prefix, bw, par,
@@ -1110,7 +1110,7 @@ def _strong_round(g, part, k, lmax, bw, par, st):
     return m
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _settle(xadj, adjncy, moves, st):
     """After applying ``moves``: clear their targets, flag the moved vertices and
     their neighbours dirty (stale proposals), remember the moved ones for the snapshot."""
@@ -1123,7 +1123,7 @@ def _settle(xadj, adjncy, moves, st):
                                      st.sizes[_NDIRTY])
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _snapshot(best, part, st):
     """``best[:] = part``, copying only the vertices moved since the last snapshot."""
     for u in st.changed[:st.sizes[_NCHANGED]]:
@@ -1132,7 +1132,7 @@ def _snapshot(best, part, st):
     st.sizes[_NCHANGED] = 0
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _restart(xadj, adjncy, cur, best, st, stale):
     """Turn the state a pass ended with into the start of the next pass: ``cur`` back
     to ``best``, no locks, and every proposal that this changes marked dirty (the
@@ -1155,7 +1155,7 @@ def _restart(xadj, adjncy, cur, best, st, stale):
     st.sizes[_NDIRTY] = nd
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _jet_loop(g, cur, best, st, k, lmax, filter_ratio, max_iters, phi, max_weak, seed_key,
               incremental, par, traffic, cur_cost):
     """One pass of :func:`jet_refine` on prepared inputs, from ``cur`` (equal to

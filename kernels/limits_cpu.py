@@ -12,7 +12,7 @@ import numba as nb
 import numpy as np
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _fit(xadj, adjncy, adjwgt, vwgt, part, limits):
     k = limits.size
     n = part.size

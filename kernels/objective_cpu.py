@@ -19,7 +19,7 @@ def _chunks(n: int) -> int:
     return max(1, min(1024, n // 16384))
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _level_traffic(xadj, adjncy, adjwgt, pe, prefix, nchunks, out):
     n = xadj.size - 1
     for c in nb.prange(nchunks):
@@ -50,7 +50,7 @@ def level_traffic(xadj, adjncy, adjwgt, pe, prefix) -> np.ndarray:
     return out.sum(axis=0)  # fixed chunk order: the same float sum for any thread count
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _matrix_cost(xadj, adjncy, adjwgt, pe, dist, nchunks, out):
     n = xadj.size - 1
     for c in nb.prange(nchunks):
@@ -77,7 +77,7 @@ def matrix_cost(xadj, adjncy, adjwgt, pe, dist) -> tuple[float, float]:
     return float(out[:, 0].sum()), float(out[:, 1].sum())
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _pe_loads(pe, vwgt, k, loads, counts):
     for u in range(pe.size):
         loads[pe[u]] += vwgt[u]

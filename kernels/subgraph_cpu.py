@@ -10,7 +10,7 @@ import numba as nb
 import numpy as np
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _fill(xadj, adjncy, adjwgt, part, local, order, vstart, sub_xadj, sub_adjncy, sub_adjwgt):
     # vertices are visited block by block (``order``), so every block's rows are
     # contiguous and its edges can be appended in one sweep

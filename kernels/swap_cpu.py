@@ -14,7 +14,7 @@ import numpy as np
 from .common_cpu import distance as _dist
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _cost_at(u, q, pe, xadj, adjncy, adjwgt, prefix, dist):
     """sum_w C_uw D(q, pe[w]) with every neighbour where it is now."""
     c = 0.0
@@ -23,7 +23,7 @@ def _cost_at(u, q, pe, xadj, adjncy, adjwgt, prefix, dist):
     return c
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _edge_weight(u, v, xadj, adjncy, adjwgt):
     # rows are sorted: binary search
     lo = xadj[u]
@@ -39,7 +39,7 @@ def _edge_weight(u, v, xadj, adjncy, adjwgt):
     return 0.0
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _swap_refine(xadj, adjncy, adjwgt, pe, cap, prefix, dist, max_passes, min_gain):
     n = pe.size
     k = cap.size

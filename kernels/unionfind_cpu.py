@@ -58,7 +58,7 @@ __all__ = ["cluster_ids"]
 
 
 # ----------------------------------------------------------------------- picks
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _pick(xadj, adjncy, adjwgt, vwgt, cap, seed, pick):
     """pick[u] = u's best eligible neighbour by (w desc, deg asc, hash desc, id asc), or -1."""
     n = xadj.size - 1
@@ -94,7 +94,7 @@ def _pick(xadj, adjncy, adjwgt, vwgt, cap, seed, pick):
         pick[u] = best
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _parents(pick, parent):
     """Forest of the picks: a mutual pair is rooted at its smaller vertex, a vertex
     without a pick is its own root."""
@@ -107,7 +107,7 @@ def _parents(pick, parent):
 
 
 # ------------------------------------------------------------ pointer jumping
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _jump_round(anc, dist, anc_out, dist_out):
     """One pointer-jumping round (reads one buffer, writes the other). Returns the
     number of vertices whose ancestor was not yet a root."""
@@ -148,7 +148,7 @@ def _weight_upto(t, lo, hi, kids, acc):
     return s
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _absorb(p, cptr, kids, acc, vwgt, cap, cut):
     """Kundu-Misra step at p: keep the lightest children pieces (ties: smaller id)
     while p's piece stays <= cap, cut the rest. Children's ``acc`` must be final.
@@ -199,7 +199,7 @@ def _absorb(p, cptr, kids, acc, vwgt, cap, cut):
     acc[p] = vwgt[p] + kept
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _children(parent, heavy):
     """Children lists (CSR, ids increasing) of the vertices of the heavy trees."""
     n = parent.size
@@ -218,7 +218,7 @@ def _children(parent, heavy):
     return cptr, kids
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(parallel=True, cache=True, nogil=True)
 def _split(parent, root, depth, tree_w, vwgt, cap):
     """Cut every tree heavier than cap into the fewest pieces of weight <= cap.
 
@@ -261,7 +261,7 @@ def _split(parent, root, depth, tree_w, vwgt, cap):
     return out
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _tree_weights(root, vwgt):
     """Weight of every tree, stored at its root (0 elsewhere)."""
     tree_w = np.zeros(root.size, dtype=np.int64)
@@ -271,7 +271,7 @@ def _tree_weights(root, vwgt):
 
 
 # ------------------------------------------------------------------ numbering
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _number(root):
     """Coarse ids: clusters numbered by their smallest vertex, ascending."""
     n = root.size

@@ -90,6 +90,27 @@ def test_determinism(engine):
     assert np.array_equal(a.pes, b.pes) and a.J == b.J
 
 
+
+@pytest.mark.parametrize("engine", ["hm", "hm-ultra"])
+def test_concurrent_splits_equal_serial_splits(engine):
+    """With several Numba threads the splits below the top one run concurrently in
+    worker threads (engines/hm.py, _split_tasks); with one thread they run one after
+    another. The mapping must be the same."""
+    import numba
+
+    g = grid_graph((60, 50))  # big enough for a multilevel cycle in the top split
+    h = Hierarchy.parse("2:3:4", "1:10:100")
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        serial = map_tasks(g, h, engine=engine, seed=3, device="cpu")
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        concurrent = map_tasks(g, h, engine=engine, seed=3, device="cpu")
+    finally:
+        numba.set_num_threads(old)
+    assert np.array_equal(serial.pes, concurrent.pes)
+    assert concurrent.evaluation.valid
+
 def test_weighted_tasks_respect_lmax():
     g = random_graph(300, 6, 8)
     vwgt = np.random.default_rng(9).integers(1, 10, g.n)

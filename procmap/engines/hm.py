@@ -18,8 +18,10 @@ smaller subgraphs (most of the deep splits) move to the host and finish there.
 from __future__ import annotations
 
 import math
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Callable
 
+import numba as nb
 import numpy as np
 
 from procmap.kernels import backend
@@ -58,6 +60,10 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
         limits come from ``eps`` alone.
     device : ``"cpu"`` or ``"gpu"`` (concrete; see :func:`procmap.kernels.backend.resolve_device`).
         The result is a host array either way.
+
+    Splits of host subgraphs below the top one run concurrently (:func:`_split_tasks`);
+    every split's seed depends only on its place in the hierarchy, so the result does
+    not depend on the order in which they finish.
     """
     n = xadj.size - 1
     levels = tuple(int(a) for a in levels)
@@ -68,11 +74,11 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
     pes = np.zeros(n, dtype=np.int32)
     be = backend.for_size(device, n)
     graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)
-    # work items: (subgraph arrays, global ids, level index, first PE)
-    stack = [(graph, np.arange(n, dtype=np.int64), len(levels) - 1, 0)]
-    done = 0
-    while stack:
-        (sx, sa, sw, sv), ids, lev, first = stack.pop()
+
+    def split_item(item):
+        """One split of a work item ``(subgraph arrays, global ids, level index, first PE)``;
+        returns its children's work items, or writes the PEs of a leaf split."""
+        (sx, sa, sw, sv), ids, lev, first = item
         if backend.is_device_array(sx) and ids.size < backend.GPU_MIN_VERTICES:
             sx, sa, sw, sv = (to_host(a) for a in (sx, sa, sw, sv))
         a = levels[lev]
@@ -92,15 +98,85 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
             if caps is not None:
                 limits = caps[first:first + k_sub].reshape(a, child).sum(axis=1)
             part = split(sx, sa, sw, sv, targets, limits, e, seed + first + lev,
-                             depth=len(levels) - 1 - lev)
+                         depth=len(levels) - 1 - lev)
         if lev == 0:
-            pes[ids] = first + to_host(part)
-            done += ids.size
+            pes[ids] = first + to_host(part)  # disjoint ids: concurrent leaves never collide
+            return []
+        blocks, members = backend.of(sx).extract_subgraphs(sx, sa, sw, sv, part, a)
+        return [(blocks[b], ids[to_host(members[b])], lev - 1, first + b * child)
+                for b in range(a)]
+
+    done = 0
+
+    def finished(item):
+        nonlocal done
+        if item[2] == 0:
+            done += item[1].size
             if progress is not None:
                 progress(done, n)
-            continue
-        blocks, members = backend.of(sx).extract_subgraphs(sx, sa, sw, sv, part, a)
-        # push in reverse so the lowest PE range is handled first (deterministic order)
-        for b in range(a - 1, -1, -1):
-            stack.append((blocks[b], ids[to_host(members[b])], lev - 1, first + b * child))
+
+    _split_tasks((graph, np.arange(n, dtype=np.int64), len(levels) - 1, 0), split_item, finished)
     return pes
+
+
+def _on_host(item) -> bool:
+    return not backend.is_device_array(item[0][0]) or item[1].size < backend.GPU_MIN_VERTICES
+
+
+def _split_tasks(root, split_item, finished) -> None:
+    """Run ``split_item`` on ``root`` and, recursively, on the work items it returns;
+    ``finished(item)`` is called in the calling thread after each split.
+
+    The top split runs first, with all Numba threads. After it, host subgraphs are
+    split in worker threads, each split with its share of the Numba threads: the
+    splits below the top one are independent, and small graphs use many threads
+    poorly (short parallel loops, Jet's mostly sequential loop), so splitting several
+    subgraphs at once at few threads each beats one after another at all threads.
+    The kernels release the GIL (``nogil``). Device subgraphs are split in the
+    calling thread, one at a time, while the workers go on with host subgraphs.
+
+    Serial (depth first, calling thread) when Numba has one thread, or when its
+    threading layer cannot run parallel loops from several threads at once
+    (workqueue).
+    """
+    children = split_item(root)
+    finished(root)
+    threads = nb.get_num_threads()
+    if threads == 1 or _threading_layer() == "workqueue":
+        stack = list(reversed(children))
+        while stack:
+            item = stack.pop()
+            stack.extend(reversed(split_item(item)))
+            finished(item)
+        return
+
+    def in_worker(item, share):
+        nb.set_num_threads(share)  # thread-local: this worker's parallel loops only
+        return split_item(item)
+
+    pending, device_items, running = children, [], {}
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="procmap-split") as pool:
+        while pending or running or device_items:
+            host = [it for it in pending if _on_host(it)]
+            device_items.extend(it for it in pending if not _on_host(it))
+            pending = []
+            for item in host:
+                share = max(1, threads // (len(host) + len(running)))
+                running[pool.submit(in_worker, item, share)] = item
+            if device_items:
+                item = device_items.pop()
+                pending = split_item(item)
+                finished(item)
+                continue
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: running[f][3]):  # by first PE: fixed order
+                item = running.pop(fut)
+                pending.extend(fut.result())
+                finished(item)
+
+
+def _threading_layer() -> str:
+    try:
+        return nb.threading_layer()
+    except ValueError:  # no parallel function has run yet: the layer is chosen on first use
+        return str(nb.config.THREADING_LAYER)
