@@ -70,6 +70,20 @@ def to_host(a):
     return a.get() if is_device_array(a) else np.asarray(a)
 
 
+def threading_layer() -> str:
+    """Numba's threading layer; before the first parallel call, the configured one.
+
+    The engines run CPU kernels from several Python threads at once only when this is
+    not ``"workqueue"`` (the one layer that cannot run parallel loops concurrently).
+    """
+    import numba
+
+    try:
+        return numba.threading_layer()
+    except ValueError:  # no parallel function has run yet: the layer is chosen on first use
+        return str(numba.config.THREADING_LAYER)
+
+
 @functools.lru_cache(maxsize=None)
 def cpu() -> Backend:
     from . import coarsen_cpu, isr_cpu, jet_cpu, objective_cpu, subgraph_cpu, unionfind_cpu

@@ -25,7 +25,7 @@ import numba as nb
 import numpy as np
 
 from procmap.kernels import backend
-from procmap.kernels.backend import to_host
+from procmap.kernels.backend import threading_layer, to_host
 
 Splitter = Callable[..., np.ndarray]
 
@@ -142,7 +142,7 @@ def _split_tasks(root, split_item, finished) -> None:
     children = split_item(root)
     finished(root)
     threads = nb.get_num_threads()
-    if threads == 1 or _threading_layer() == "workqueue":
+    if threads == 1 or threading_layer() == "workqueue":
         stack = list(reversed(children))
         while stack:
             item = stack.pop()
@@ -173,10 +173,3 @@ def _split_tasks(root, split_item, finished) -> None:
                 item = running.pop(fut)
                 pending.extend(fut.result())
                 finished(item)
-
-
-def _threading_layer() -> str:
-    try:
-        return nb.threading_layer()
-    except ValueError:  # no parallel function has run yet: the layer is chosen on first use
-        return str(nb.config.THREADING_LAYER)

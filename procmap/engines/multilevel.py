@@ -24,12 +24,14 @@ partition moves back to the GPU when it is projected onto the first GPU level.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numba as nb
 import numpy as np
 
 from procmap.kernels import backend
-from procmap.kernels.backend import to_host
+from procmap.kernels.backend import threading_layer, to_host
 from procmap.kernels.coarsen_cpu import internal_edges
 from procmap.kernels.fm_cpu import fm_refine
 from procmap.kernels.jet_cpu import filter_schedule
@@ -157,10 +159,11 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
         dist = np.array([1.0])
     prefix = np.asarray(prefix, dtype=np.int64)
     dist = np.asarray(dist, dtype=np.float64)
-    best, best_key = None, None
-    for attempt in range(max(1, tries)):
-        s = seed + 7919 * attempt
-        schemes = (coarsening, refinement)
+    schemes = (coarsening, refinement)
+
+    def attempt(i):
+        """One try: a multilevel cycle with its own seed, then the V-cycles."""
+        s = seed + 7919 * i
         part, value = _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, s, ultra, prefix, dist,
                               coarsen_factor, targets, fm, jet_iters=jet_iters, schemes=schemes)
         for cycle in range(vcycles):
@@ -171,10 +174,36 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
                                 schemes)
             if v2 < value and int(be.block_weights(again, vwgt, k).max()) <= lmax:
                 part, value = again, v2
+        return part, value
+
+    best, best_key = None, None
+    for part, value in _each_try(attempt, max(1, tries), be.name == "cpu"):
         key = (int(be.block_weights(part, vwgt, k).max()) > lmax, value)
-        if best_key is None or key < best_key:
+        if best_key is None or key < best_key:  # ties: the earlier try
             best, best_key = part, key
     return best.astype(np.int32, copy=False)
+
+
+def _each_try(attempt, tries: int, on_host: bool):
+    """``attempt(0) .. attempt(tries - 1)`` in order of the index.
+
+    On the host with several Numba threads the tries run concurrently, in worker
+    threads with a share of the Numba threads each (the kernels release the GIL):
+    independent cycles at a few threads each use the cores better than one cycle
+    at all of them (see ``hm._split_tasks``). Each try's result depends only on its
+    seed, so the order of completion does not matter.
+    """
+    threads = nb.get_num_threads()
+    if tries == 1 or not on_host or threads == 1 or threading_layer() == "workqueue":
+        return [attempt(i) for i in range(tries)]
+    share = max(1, threads // tries)
+
+    def run(i):
+        nb.set_num_threads(share)  # thread-local: this worker's parallel loops only
+        return attempt(i)
+
+    with ThreadPoolExecutor(max_workers=min(tries, threads)) as pool:
+        return list(pool.map(run, range(tries)))
 
 
 def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist, coarsen_factor,
