@@ -143,7 +143,8 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     (then blocks are PEs). ``eps`` guides the initial partitioner; ``lmax`` is the
     hard limit the refinement enforces. With ``tries > 1`` the whole multilevel cycle
     runs with ``tries`` seeds and the partition with the lowest objective among the
-    balanced ones is kept (the top splits of ``hm`` dominate J, so they get more tries).
+    balanced ones is kept (the top splits of ``hm`` dominate J, so they get more tries);
+    on the host the tries run concurrently (:func:`_each_try`), with the same result.
     ``jet_iters`` is Jet's patience: iterations without improvement before a level's
     refinement stops (Jet: 12). ``coarsening`` / ``refinement`` pick the schemes
     (:data:`COARSENINGS`, :data:`REFINEMENTS`).
