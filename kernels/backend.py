@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
@@ -82,6 +83,22 @@ def threading_layer() -> str:
         return numba.threading_layer()
     except ValueError:  # no parallel function has run yet: the layer is chosen on first use
         return str(numba.config.THREADING_LAYER)
+
+
+def kernel_cache_is_warm() -> bool:
+    """Whether Numba's on-disk cache holds the CPU refinement loop (the largest kernel).
+
+    A cold cache means the first mapping compiles the kernels first (about a minute);
+    the CLI says so instead of staying silent. Reads Numba's cache locator, an internal
+    API: anything unexpected counts as warm (no message rather than a wrong one).
+    """
+    try:
+        from . import jet_cpu
+
+        index = jet_cpu._jet_loop._cache._cache_file._index_path
+    except Exception:  # noqa: BLE001 -- internal API; see above
+        return True
+    return os.path.exists(index)
 
 
 @functools.lru_cache(maxsize=None)

@@ -158,6 +158,11 @@ def _cmd_map(args) -> int:
     if args.slots is not None and graph.n > topo.total_slots:
         raise CapacityError(f"{graph.n} tasks but only {topo.total_slots} slots "
                             f"({topo.k} PEs x {args.slots}); rank placement needs tasks <= slots")
+    from .kernels.backend import kernel_cache_is_warm
+
+    if not kernel_cache_is_warm():
+        progress("compiling", "first run: the CPU kernels are compiled and cached "
+                 "(about a minute, once)")
     mapping = map_tasks(graph, topo, engine=args.engine, eps=args.imbalance, seed=args.seed,
                         device=args.device, coarsening=args.coarsening,
                         refinement=args.refinement, progress=progress)

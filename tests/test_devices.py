@@ -69,3 +69,17 @@ def test_cpu_path_never_imports_cupy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "cpu"
+
+
+def test_kernel_cache_check_sees_a_cold_cache(tmp_path):
+    """`procmap map` announces the first-run compilation when Numba's cache is cold:
+    with an empty cache directory the check says cold; after a mapping in this
+    process (the test session has run kernels, so the cache was written) it says warm."""
+    map_tasks(grid_graph((20, 20)), Hierarchy.parse("2:2", "1:10"), engine="hm", device="cpu")
+    assert backend.kernel_cache_is_warm()
+    code = "from procmap.kernels.backend import kernel_cache_is_warm as w; print(w())"
+    env = dict(__import__("os").environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
