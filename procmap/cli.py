@@ -142,6 +142,20 @@ class _Progress:
                   file=sys.stderr, flush=True)
 
 
+def _set_threads(n: int) -> None:
+    """``--threads``: Numba's thread count for this process (at most NUMBA_NUM_THREADS,
+    which is fixed when Numba starts)."""
+    import numba
+
+    from .errors import InputError
+
+    limit = numba.config.NUMBA_NUM_THREADS
+    if not 1 <= n <= limit:
+        raise InputError(f"--threads {n}: must lie in 1..{limit} (NUMBA_NUM_THREADS; by default "
+                         "the number of cores)")
+    numba.set_num_threads(n)
+
+
 def _cmd_map(args) -> int:
     from . import baselines
     from .api import map_tasks
@@ -150,6 +164,8 @@ def _cmd_map(args) -> int:
     from .objective import evaluate
 
     topo = _machine(args)
+    if args.threads is not None:
+        _set_threads(args.threads)
     progress = _Progress(not args.quiet and (args.progress or sys.stderr.isatty()))
     t0 = time.perf_counter()
     graph = read_graph(args.graph, args.format)
@@ -303,6 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refinement", choices=REFINEMENTS, default="jet",
                    help="jet (default): Jet label propagation; isr: G-kway's independent-set "
                         "refinement (cheaper, lower quality)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads to use (default: all, i.e. NUMBA_NUM_THREADS); the "
+                        "mapping does not depend on it")
     p.add_argument("-o", "--output", metavar="FILE", help="write the mapping: one PE id per line")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")

@@ -179,10 +179,29 @@ def test_map_text_report_and_partition_mode(capsys, grid_files, tmp_path):
         assert needle in o
 
 
+def test_map_threads_option_gives_the_same_mapping(capsys, grid_files, tmp_path):
+    """--threads 1 runs everything serially; the default uses all threads (concurrent
+    splits); the mappings are the same."""
+    import numba
+
+    maps = []
+    for extra in ([], ["--threads", "1"]):
+        out = tmp_path / f"g{len(maps)}.map"
+        code, _, _ = run(capsys, "map", grid_files["graph"], "--hierarchy", "2:2:3", "--engine",
+                         "hm", "--seed", "5", "--quiet", "-o", str(out), *extra)
+        assert code == 0
+        maps.append(out.read_text())
+    assert numba.get_num_threads() == 1  # the option took effect in this process
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    assert maps[0] == maps[1]
+
+
 @pytest.mark.parametrize("content,argv,needle", [
     ("# tasks: 0\n", [], "empty"),
     ("0 1 5\n1 2 5\n2 3 5\n", ["--slots", "1", "--hierarchy", "3"], "slots"),
     ("0 1 5\n", ["--hierarchy", "4:8", "--distance", "1:10:100"], "distances"),
+    ("0 1 5\n", ["--threads", "0"], "--threads"),
+    ("0 1 5\n", ["--threads", "100000"], "--threads"),
 ])
 def test_map_bad_requests_write_nothing(capsys, tmp_path, content, argv, needle):
     graph = tmp_path / "g.comm"
