@@ -55,6 +55,15 @@ class Backend:
             return np.ascontiguousarray(to_host(a), dtype=dtype)
         return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
 
+    def adopt(self, a):
+        """``a``, made by a worker thread (:func:`in_worker`), made safe to keep in
+        this thread: on the GPU a copy owned by this thread's stream (see
+        :func:`.gpu_common.adopt`); on the CPU ``a`` itself."""
+        if self.name == "cpu":
+            return a
+        from . import gpu_common
+        return gpu_common.adopt(a)
+
     def synchronize(self) -> None:
         """Wait for queued device work (timing only; results synchronise themselves)."""
         if self.name == "gpu":
@@ -83,6 +92,34 @@ def threading_layer() -> str:
         return numba.threading_layer()
     except ValueError:  # no parallel function has run yet: the layer is chosen on first use
         return str(numba.config.THREADING_LAYER)
+
+
+def in_worker(fn: Callable, numba_threads: int, gpu: bool = False) -> Callable:
+    """``fn`` wrapped to run in a worker thread, concurrently with other workers.
+
+    Call this in the submitting thread. The wrapper gives the worker ``numba_threads``
+    Numba threads (a thread-local setting: its parallel loops only) and, with ``gpu``,
+    a CUDA stream of its own (:func:`.gpu_common.own_stream`), which first waits for
+    what the submitting thread queued so far and is synchronised before ``fn``'s
+    result is returned. Device arrays in that result belong to the worker's stream:
+    the thread that keeps one should take it with :meth:`Backend.adopt`.
+    """
+    ready = None
+    if gpu:
+        from . import gpu_common
+        ready = gpu_common.mark()
+
+    def run(*args):
+        import numba
+
+        numba.set_num_threads(numba_threads)
+        if not gpu:
+            return fn(*args)
+        from . import gpu_common
+        with gpu_common.own_stream(ready):
+            return fn(*args)
+
+    return run
 
 
 def kernel_cache_is_warm() -> bool:

@@ -59,10 +59,18 @@ def mode_from_env() -> str:
     return mode
 
 
-@functools.lru_cache(maxsize=None)
 def loop_stream() -> cp.cuda.Stream:
-    """The non-blocking stream the loops run on (capture needs a stream other than
-    the legacy default one); one per process."""
+    """The stream the loops run on: capture needs a stream other than the legacy
+    default one. A worker thread's own stream (``gpu_common.own_stream``) is used as it
+    is; a thread on the default stream (the main thread) gets :func:`_main_loop_stream`."""
+    current = cp.cuda.get_current_stream()
+    return current if current.ptr else _main_loop_stream()
+
+
+@functools.lru_cache(maxsize=None)
+def _main_loop_stream() -> cp.cuda.Stream:
+    """The non-blocking loop stream of threads on the default stream (one per process:
+    only the main thread runs GPU work on the default stream)."""
     return cp.cuda.Stream(non_blocking=True)
 
 

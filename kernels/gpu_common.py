@@ -16,8 +16,10 @@ Conventions for every CUDA twin
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import pathlib
+import threading
 
 import cupy as cp
 import numba as nb
@@ -61,6 +63,51 @@ def f64(x) -> np.float64:
 def as_device(a, dtype=None) -> cp.ndarray:
     """``a`` as a contiguous CuPy array (no copy when it already is one of ``dtype``)."""
     return cp.ascontiguousarray(cp.asarray(a, dtype=dtype))
+
+
+# ----------------------------------------------------------------- worker streams
+_FREE_STREAMS: list = []  # idle worker streams, reused (see own_stream)
+_STREAMS_LOCK = threading.Lock()
+
+
+def mark() -> cp.cuda.Event:
+    """An event after the work queued so far on the calling thread's current stream."""
+    return cp.cuda.get_current_stream().record()
+
+
+@contextlib.contextmanager
+def own_stream(after: cp.cuda.Event | None = None):
+    """Run the body on a non-blocking stream of its own (the current stream inside).
+
+    For GPU work in a worker thread, concurrent with other threads' streams. The stream
+    first waits for ``after`` (see :func:`mark`: the inputs the submitting thread
+    queued), and is synchronised on exit, so what the body made is complete when the
+    worker's result is read. Streams come from a pool and go back to it: CuPy's
+    memory pool keeps freed blocks per stream, so reusing streams reuses that memory.
+    """
+    with _STREAMS_LOCK:
+        stream = _FREE_STREAMS.pop() if _FREE_STREAMS else cp.cuda.Stream(non_blocking=True)
+    try:
+        if after is not None:
+            stream.wait_event(after)
+        with stream:
+            yield stream
+    finally:
+        stream.synchronize()
+        with _STREAMS_LOCK:
+            _FREE_STREAMS.append(stream)
+
+
+def adopt(a: cp.ndarray) -> cp.ndarray:
+    """A copy of ``a`` (made by a worker on its own stream) owned by the current stream.
+
+    CuPy returns a freed block to the pool of the stream that allocated it. If this
+    thread freed ``a`` while its own kernels reading ``a`` were still queued, a worker
+    reusing ``a``'s stream could receive the block and overwrite it. The copy, with the
+    synchronisation after it, ends every use of ``a`` here."""
+    out = a.copy()
+    cp.cuda.get_current_stream().synchronize()
+    return out
 
 
 # ----------------------------------------------------------------- per-vertex tables

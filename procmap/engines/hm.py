@@ -119,30 +119,39 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
     return pes
 
 
-def _on_host(item) -> bool:
-    return not backend.is_device_array(item[0][0]) or item[1].size < backend.GPU_MIN_VERTICES
+def _on_device(item) -> bool:
+    return backend.is_device_array(item[0][0]) and item[1].size >= backend.GPU_MIN_VERTICES
+
+
+#: Device subgraphs split at the same time, at most: each holds its multilevel
+#: hierarchy in GPU memory, and a few concurrent splits already fill the gaps of
+#: one (its host levels and loop synchronisations).
+DEVICE_SPLITS = 4
 
 
 def _split_tasks(root, split_item, finished) -> None:
     """Run ``split_item`` on ``root`` and, recursively, on the work items it returns;
     ``finished(item)`` is called in the calling thread after each split.
 
-    The top split runs first, with all Numba threads. After it, host subgraphs are
-    split in worker threads, each split with its share of the Numba threads: the
-    splits below the top one are independent, and small graphs use many threads
-    poorly (short parallel loops, Jet's mostly sequential loop), so splitting several
-    subgraphs at once at few threads each beats one after another at all threads.
-    The kernels release the GIL (``nogil``). Device subgraphs are split in the
-    calling thread, one at a time, while the workers go on with host subgraphs.
+    The top split runs first, in the calling thread with all Numba threads. The splits
+    below it are independent, and run in worker threads (:func:`.backend.in_worker`),
+    each with a share of the Numba threads: small graphs use many threads poorly
+    (short parallel loops, Jet's mostly sequential loop), so splitting several
+    subgraphs at once at few threads each beats one after another at all threads. The
+    kernels release the GIL (``nogil``). Device subgraphs (at most
+    :data:`DEVICE_SPLITS` at a time) get a CUDA stream each, so their kernels run
+    concurrently with each other's and with the host work.
 
-    Serial (depth first, calling thread) when Numba has one thread, or when its
-    threading layer cannot run parallel loops from several threads at once
-    (workqueue).
+    Serial (depth first, calling thread) when the threading layer cannot run parallel
+    loops from several threads at once (workqueue), or when Numba has one thread and
+    there is no device subgraph.
     """
     children = split_item(root)
     finished(root)
     threads = nb.get_num_threads()
-    if threads == 1 or threading_layer() == "workqueue":
+    serial = threading_layer() == "workqueue" or (
+        threads == 1 and not any(_on_device(it) for it in children))
+    if serial:
         stack = list(reversed(children))
         while stack:
             item = stack.pop()
@@ -150,24 +159,21 @@ def _split_tasks(root, split_item, finished) -> None:
             finished(item)
         return
 
-    def in_worker(item, share):
-        nb.set_num_threads(share)  # thread-local: this worker's parallel loops only
-        return split_item(item)
-
-    pending, device_items, running = children, [], {}
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="procmap-split") as pool:
-        while pending or running or device_items:
-            host = [it for it in pending if _on_host(it)]
-            device_items.extend(it for it in pending if not _on_host(it))
-            pending = []
-            for item in host:
-                share = max(1, threads // (len(host) + len(running)))
-                running[pool.submit(in_worker, item, share)] = item
-            if device_items:
-                item = device_items.pop()
-                pending = split_item(item)
-                finished(item)
-                continue
+    pending, running = children, {}
+    with ThreadPoolExecutor(max_workers=threads + DEVICE_SPLITS,
+                            thread_name_prefix="procmap-split") as pool:
+        while pending or running:
+            waiting = []
+            on_device = sum(_on_device(it) for it in running.values())
+            for item in pending:
+                gpu = _on_device(item)
+                if gpu and on_device >= DEVICE_SPLITS:
+                    waiting.append(item)
+                    continue
+                on_device += gpu
+                share = max(1, threads // (len(pending) + len(running)))
+                running[pool.submit(backend.in_worker(split_item, share, gpu), item)] = item
+            pending = waiting
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=lambda f: running[f][3]):  # by first PE: fixed order
                 item = running.pop(fut)

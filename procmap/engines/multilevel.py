@@ -144,7 +144,7 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     hard limit the refinement enforces. With ``tries > 1`` the whole multilevel cycle
     runs with ``tries`` seeds and the partition with the lowest objective among the
     balanced ones is kept (the top splits of ``hm`` dominate J, so they get more tries);
-    on the host the tries run concurrently (:func:`_each_try`), with the same result.
+    the tries run concurrently (:func:`_each_try`), with the same result.
     ``jet_iters`` is Jet's patience: iterations without improvement before a level's
     refinement stops (Jet: 12). ``coarsening`` / ``refinement`` pick the schemes
     (:data:`COARSENINGS`, :data:`REFINEMENTS`).
@@ -178,32 +178,38 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
         return part, value
 
     best, best_key = None, None
-    for part, value in _each_try(attempt, max(1, tries), be.name == "cpu"):
+    concurrent = _concurrent_tries(max(1, tries), be.name == "gpu")
+    for part, value in _each_try(attempt, max(1, tries), be.name == "gpu", concurrent):
         key = (int(be.block_weights(part, vwgt, k).max()) > lmax, value)
         if best_key is None or key < best_key:  # ties: the earlier try
             best, best_key = part, key
+    if concurrent:
+        best = be.adopt(best)  # made on a worker's stream (GPU)
     return best.astype(np.int32, copy=False)
 
 
-def _each_try(attempt, tries: int, on_host: bool):
+def _concurrent_tries(tries: int, gpu: bool) -> bool:
+    """Whether the tries run concurrently (see :func:`_each_try`)."""
+    if tries == 1 or threading_layer() == "workqueue":
+        return False
+    return gpu or nb.get_num_threads() > 1
+
+
+def _each_try(attempt, tries: int, gpu: bool, concurrent: bool):
     """``attempt(0) .. attempt(tries - 1)`` in order of the index.
 
-    On the host with several Numba threads the tries run concurrently, in worker
-    threads with a share of the Numba threads each (the kernels release the GIL):
-    independent cycles at a few threads each use the cores better than one cycle
-    at all of them (see ``hm._split_tasks``). Each try's result depends only on its
-    seed, so the order of completion does not matter.
+    With ``concurrent`` the tries run in worker threads (:func:`.backend.in_worker`),
+    each with a share of the Numba threads (the kernels release the GIL) and, on the
+    GPU, a CUDA stream of its own: independent cycles at a few threads each use the
+    cores better than one cycle at all of them (see ``hm._split_tasks``), and on the
+    GPU one try's kernels fill the gaps of another's (its host levels, its loop
+    synchronisations, kernels too small to fill the device). Each try's result depends
+    only on its seed, so the order of completion does not matter.
     """
-    threads = nb.get_num_threads()
-    if tries == 1 or not on_host or threads == 1 or threading_layer() == "workqueue":
+    if not concurrent:
         return [attempt(i) for i in range(tries)]
-    share = max(1, threads // tries)
-
-    def run(i):
-        nb.set_num_threads(share)  # thread-local: this worker's parallel loops only
-        return attempt(i)
-
-    with ThreadPoolExecutor(max_workers=min(tries, threads)) as pool:
+    run = backend.in_worker(attempt, max(1, nb.get_num_threads() // tries), gpu)
+    with ThreadPoolExecutor(max_workers=tries, thread_name_prefix="procmap-try") as pool:
         return list(pool.map(run, range(tries)))
 
 
