@@ -122,6 +122,12 @@ def in_worker(fn: Callable, numba_threads: int, gpu: bool = False) -> Callable:
     return run
 
 
+def gpu_free_bytes() -> int:
+    """GPU memory available to new allocations (see :func:`.gpu_common.free_bytes`)."""
+    from . import gpu_common
+    return gpu_common.free_bytes()
+
+
 def kernel_cache_is_warm() -> bool:
     """Whether Numba's on-disk cache holds the CPU refinement loop (the largest kernel).
 

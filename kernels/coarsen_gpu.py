@@ -31,15 +31,17 @@ What differs
   depend on thread scheduling (relative difference to the CPU ~1e-16 per addition,
   and not reproducible bit for bit between runs). Nothing in coarsening decides on
   these sums exactly; coarse weights only feed ratings of later levels.
-* :func:`contract` sorts the rows with one global ``cp.argsort`` of the int64 keys
-  ``row * nc + col`` over the occupied hash slots (the CPU sorts row by row): the
-  output is canonical either way, so only the cost differs. Fine edges are found
-  by a per-edge binary search on ``xadj`` (load balance on skewed degrees) instead
-  of the CPU's per-coarse-vertex member lists.
+* :func:`contract` orders each coarse row by ranking its hash slots within the
+  region, one warp per row (a sort of their slots for the rare regions over
+  :data:`SMALL_REGION`; the CPU sorts row by row): the output is canonical either
+  way, so only the cost differs. Fine edges are inserted by warps walking the CSR
+  of 32 fine vertices each (measured on an H100: 4.7 ms on rgg23 where a thread per
+  edge with a binary search on ``xadj`` took 6.7 ms) instead of the CPU's
+  per-coarse-vertex member lists.
 
 Memory in :func:`contract` (``2m`` fine CSR entries, ``mc <= 2m`` coarse ones): the
-hash keys (int32, 2m), weights (8 bytes, 2m), the occupied slot list and sort keys
-(int64, mc each) and the argsort's own buffers; the fine graph is not copied.
+hash keys (int32, 2m), weights (8 bytes, 2m), the region sizes and coarse degrees
+(int64, 3 per coarse vertex) and the coarse CSR itself; the fine graph is not copied.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ import cupy as cp
 import numpy as np
 
 from .coarsen_cpu import HEM_MAX_ROUNDS, UNMATCHED_THRESHOLD, _cap, _seed_key
-from .gpu_common import as_device, i64, kernel, launch
+from .gpu_common import BLOCK, MAX_BLOCKS, as_device, i64, kernel, launch
 
 __all__ = ["heavy_edge_matching", "two_hop_matching", "coarse_ids", "contract",
            "coarsen_once", "HEM_MAX_ROUNDS", "UNMATCHED_THRESHOLD"]
@@ -197,9 +199,11 @@ def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
 
     Paper Algorithm 3 on the GPU: coarse degree bounds (summed member degrees) and
     weights by integer atomics, regions by an exclusive scan, every fine edge
-    inserted by its own thread (atomicCAS on the key, linear probing, atomicAdd of
-    the weight), self loops dropped; then the occupied slots are compacted and
-    sorted by ``(row, neighbour)``. ``cmap`` may come from any clustering.
+    inserted (atomicCAS on the key, linear probing, atomicAdd of the weight; one warp
+    walks the edges of 32 consecutive fine vertices), self loops dropped; then each region's occupied slots are written
+    to its coarse row in neighbour order (one warp per row counts, for every slot,
+    the smaller keys of its region; regions over :data:`SMALL_REGION` slots are
+    sorted instead). ``cmap`` may come from any clustering.
 
     Returns ``(cxadj int64, cadjncy int32, cadjwgt adjwgt.dtype, cvwgt int64)`` as
     CuPy arrays: symmetric CSR, rows sorted, no self loops. Equal to the CPU twin
@@ -218,26 +222,63 @@ def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
     cvwgt = cp.zeros(nc, dtype=cp.int64)
     launch(kernel(_CU, "contract_bounds"), n, i64(n), xadj, vwgt, cmap, bound, cvwgt)
     off = cp.zeros(nc + 1, dtype=cp.int64)
-    off[1:] = cp.cumsum(bound)
-    del bound
+    off[1:] = cp.cumsum(bound)  # bound[c] is now the size of c's region
     # the regions tile exactly the fine CSR: off[nc] == 2m
     hkey = cp.full(m2, -1, dtype=cp.int32)
     hwgt = cp.zeros(m2, dtype=adjwgt.dtype)
-    launch(kernel(_CU, f"contract_insert_{sfx}"), m2, i64(n), i64(m2), xadj, adjncy, adjwgt,
-           cmap, off, hkey, hwgt)
+    _launch_warps(kernel(_CU, f"contract_insert_{sfx}"), -(-n // 32), i64(n), xadj, adjncy,
+                  adjwgt, cmap, off, hkey, hwgt)
 
-    idx = cp.flatnonzero(hkey >= 0)  # occupied slots, in region (= row) order
-    mc = idx.size
-    cxadj = cp.searchsorted(idx, off).astype(cp.int64, copy=False)  # occupied before each region
-    if mc == 0:  # every edge internal (or no edges): nothing to sort
-        return cxadj, cp.zeros(0, dtype=cp.int32), cp.zeros(0, dtype=out_dtype), cvwgt
-    key = cp.empty(mc, dtype=cp.int64)
-    launch(kernel(_CU, "contract_keys"), mc, i64(mc), i64(nc), off, idx, hkey, key)
-    sel = idx[cp.argsort(key)]
-    del key, idx
-    cadjncy = hkey[sel]
-    cadjwgt = hwgt[sel].astype(out_dtype, copy=False)
-    return cxadj, cadjncy, cadjwgt, cvwgt
+    # compaction: coarse degrees, their scan, then every row written in neighbour order
+    cnt = cp.empty(nc, dtype=cp.int64)
+    _launch_warps(kernel(_CU, "contract_row_counts"), nc, i64(nc), off, hkey, cnt)
+    cxadj = cp.zeros(nc + 1, dtype=cp.int64)
+    cp.cumsum(cnt, out=cxadj[1:])
+    del cnt
+    mc, large = (int(x) for x in cp.stack((cxadj[-1], cp.count_nonzero(bound > SMALL_REGION))).get())
+    cadjncy = cp.empty(mc, dtype=cp.int32)
+    cadjwgt = cp.empty(mc, dtype=adjwgt.dtype)
+    _launch_warps(kernel(_CU, f"contract_emit_{sfx}"), nc, i64(nc), i64(SMALL_REGION), off, hkey,
+                  hwgt, cxadj, cadjncy, cadjwgt)
+    if large:
+        _emit_large_rows(cp.flatnonzero(bound > SMALL_REGION), off, bound, hkey, hwgt, cxadj,
+                         nc, cadjncy, cadjwgt)
+    return cxadj, cadjncy, cadjwgt.astype(out_dtype, copy=False), cvwgt
+
+
+#: Regions (summed fine degrees of a coarse vertex) up to this size are compacted by
+#: one warp each (``contract_emit_*``: 32 shuffles per 32 slots, quadratic in the size);
+#: larger ones by one sort of their occupied slots (:func:`_emit_large_rows`).
+SMALL_REGION = 2048
+
+
+def _launch_warps(fn, items: int, *args) -> None:
+    """Launch a one-warp-per-item kernel (a grid stride over warps) over ``items``."""
+    if items <= 0:
+        return
+    blocks = min(MAX_BLOCKS, -(-int(items) * 32 // BLOCK))
+    fn((blocks,), (BLOCK,), args)
+
+
+def _emit_large_rows(rows, off, region, hkey, hwgt, cxadj, nc: int, cadjncy, cadjwgt) -> None:
+    """Compact the regions of ``rows`` (the large ones) into their coarse rows, sorted
+    by neighbour: a sort of their occupied slots by ``(row, neighbour)``."""
+    sizes = region[rows]
+    starts = cp.zeros(rows.size + 1, dtype=cp.int64)
+    cp.cumsum(sizes, out=starts[1:])
+    total = int(starts[-1])
+    at = cp.arange(total, dtype=cp.int64)
+    which = cp.searchsorted(starts, at, side="right") - 1  # index into rows of every slot
+    slots = off[rows][which] + (at - starts[which])
+    del at
+    used = hkey[slots] >= 0
+    slots, which = slots[used], which[used]
+    order = cp.argsort(which * nc + hkey[slots])  # rows in order, each by neighbour
+    slots, which = slots[order], which[order]
+    first = cp.searchsorted(which, which, side="left")  # first sorted entry of its row
+    pos = cxadj[rows][which] + (cp.arange(which.size, dtype=cp.int64) - first)
+    cadjncy[pos] = hkey[slots]
+    cadjwgt[pos] = hwgt[slots]
 
 
 def coarsen_once(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0):

@@ -60,6 +60,18 @@ def f64(x) -> np.float64:
     return np.float64(x)
 
 
+def gain_weights(w) -> tuple[cp.ndarray, np.int64]:
+    """Edge weights as the gain kernels take them: ``(weights, w_int)``, the weights as
+    int64 or float64 (no copy when they already are) and ``w_int`` = 1 for int64 (see
+    ``weight_at`` in cuda/common.cuh). The kernels compute in float64 either way."""
+    w = cp.asarray(w)
+    if w.dtype.kind == "f":
+        w = w.astype(cp.float64, copy=False)
+    else:
+        w = w.astype(cp.int64, copy=False)
+    return cp.ascontiguousarray(w), np.int64(w.dtype == cp.int64)
+
+
 def as_device(a, dtype=None) -> cp.ndarray:
     """``a`` as a contiguous CuPy array (no copy when it already is one of ``dtype``)."""
     return cp.ascontiguousarray(cp.asarray(a, dtype=dtype))
@@ -96,6 +108,12 @@ def own_stream(after: cp.cuda.Event | None = None):
         stream.synchronize()
         with _STREAMS_LOCK:
             _FREE_STREAMS.append(stream)
+
+
+def free_bytes() -> int:
+    """Device memory available to new allocations: free on the device plus the blocks
+    CuPy's memory pool holds unused."""
+    return int(cp.cuda.runtime.memGetInfo()[0]) + int(cp.get_default_memory_pool().free_bytes())
 
 
 def adopt(a: cp.ndarray) -> cp.ndarray:

@@ -128,7 +128,7 @@ class _ISR:
     def candidates(self, g: _Graph, part, bw, k: int, lmax: int, key: np.uint64) -> None:
         """Steps 1 and 2: ``dest``, ``gain`` and ``sel`` of every vertex."""
         launch(kernel(_SRC, "isr_propose"), g.n,
-               g.xadj, g.adjncy, g.fwgt, g.vwgt, part, bw, i64(lmax), g.div, g.delta,
+               g.xadj, g.adjncy, *g.gain_weights, g.vwgt, part, bw, i64(lmax), g.div, g.delta,
                i64(g.n), i64(k), i64(g.nlev), i64(g.cut_mode), self.table.offset,
                self.table.keys, self.table.vals, self.dest, self.gain)
         launch(kernel(_SRC, "isr_independent"), g.n,
@@ -216,13 +216,13 @@ def _refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, max_iter
             stats["isr_steps"] += 1
             weak_runs = 0
         elif weak_runs < max_weak:
-            moves, dest = rebalance_gpu.weak_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, cur, k,
+            moves, dest = rebalance_gpu.weak_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, k,
                                                    lmax, g.prefix, st.bw, seed)
             st.target[moves] = dest[moves]
             weak_runs += 1
             stats["weak_steps"] += 1
         else:
-            moves, full = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, cur, k,
+            moves, full = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, k,
                                                      lmax, g.prefix, st.bw)
             st.target[moves] = full[moves]
             weak_runs = 0

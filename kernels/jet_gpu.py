@@ -59,7 +59,7 @@ import cupyx
 import numpy as np
 
 from . import cuda_graphs, objective_gpu, rebalance_gpu
-from .gpu_common import TableScratch, as_device, f64, i64, kernel, launch
+from .gpu_common import TableScratch, as_device, f64, gain_weights, i64, kernel, launch
 from .jet_cpu import (BUCKET_RATIO, MID_BUCKET, NUM_BUCKETS, ULTRA_FILTER_RATIOS, _cost_of,
                       filter_schedule)
 
@@ -87,8 +87,9 @@ class _Graph:
     def __init__(self, xadj, adjncy, adjwgt, vwgt, prefix, dist):
         self.xadj = as_device(xadj, cp.int64)
         self.adjncy = as_device(adjncy, cp.int32)
-        self.adjwgt = _weights(adjwgt)                 # traffic: the weights' own dtype
-        self.fwgt = as_device(self.adjwgt, cp.float64)  # gains: float64 (as the CPU)
+        self.adjwgt = _weights(adjwgt)  # traffic: the weights' own dtype
+        # gains: float64 (as the CPU), converted as the kernels read the weights
+        self.gain_weights = gain_weights(self.adjwgt)
         self.vwgt = None if vwgt is None else as_device(vwgt, cp.int64)
         self.n = self.xadj.size - 1
         self.prefix_h = _host(prefix, np.int64)
@@ -139,11 +140,11 @@ class _LP:
         if filter_ratio is not None:
             self.ratio.fill(filter_ratio)
         launch(kernel(_SRC, "lp_propose"), g.n,
-               g.xadj, g.adjncy, g.fwgt, part, locked, g.div, g.delta,
+               g.xadj, g.adjncy, *g.gain_weights, part, locked, g.div, g.delta,
                i64(g.n), i64(k), i64(g.nlev), i64(g.cut_mode), self.ratio,
                self.table.offset, self.table.keys, self.table.vals, self.dest, self.gain, gate)
         launch(kernel(_SRC, "lp_afterburn"), g.n,
-               g.xadj, g.adjncy, g.fwgt, part, g.prefix, g.dist,
+               g.xadj, g.adjncy, *g.gain_weights, part, g.prefix, g.dist,
                i64(g.n), i64(g.cut_mode), self.dest, self.gain, move, target, gate)
 
 
@@ -353,7 +354,7 @@ class _Refiner:
         def iteration(handle, status_ptr):
             lp.round(g, cur, k, locked, None, moved, st.target, gate=st.ctl)
             launch(kernel(_LOOP, "copy_locks"), g.n, locked, moved, i64(g.n), st.ctl)
-            weak.enqueue(g.xadj, g.adjncy, g.fwgt, g.vwgt, cur, st.bw, lmax, g.prefix, seed,
+            weak.enqueue(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, st.bw, lmax, g.prefix, seed,
                          table, st.target, st.ctl)
             st.apply(-1, handle, status_ptr)
 
@@ -361,7 +362,7 @@ class _Refiner:
 
     def _strong(self) -> None:
         g, st = self.g, self.st
-        moves, dest = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.fwgt, g.vwgt, self.cur,
+        moves, dest = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, self.cur,
                                                  self.k, self.lmax, g.prefix, st.bw, self.table)
         st.target[moves] = dest[moves]
         st.apply(MODE_STRONG, np.uint64(0), np.uint64(st.status.ctypes.data))

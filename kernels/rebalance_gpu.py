@@ -158,7 +158,7 @@ def _sort_by_segment(ids: cp.ndarray, seg: cp.ndarray, bucket: cp.ndarray):
     return ids[order], seg[order]
 
 
-def _propose(xadj, adjncy, fwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
+def _propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
              valid_cum, valid_ids, seed_key, fallback, table=None):
     """Run the proposal kernel; return ``(dest, bucket)`` (int32, length n)."""
     n = part.size
@@ -168,7 +168,7 @@ def _propose(xadj, adjncy, fwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
     dest = cp.empty(n, dtype=cp.int32)
     bucket = cp.empty(n, dtype=cp.int32)
     gc.launch(gc.kernel(_CU, "rebalance_propose"), n,
-              xadj, adjncy, fwgt, vwgt, part, bw, gc.i64(lmax), heavy, dest_ok,
+              xadj, adjncy, *gc.gain_weights(adjwgt), vwgt, part, bw, gc.i64(lmax), heavy, dest_ok,
               gc.i64(1 if fallback else 0), prefix, gc.i64(prefix.size),
               valid_cum, valid_ids, np.uint64(seed_key), thr, gc.i64(thr.size), gc.i64(n),
               table.offset, table.keys, table.vals, dest, bucket, _NO_GATE)
@@ -279,16 +279,16 @@ def _strong_assign(part, vwgt, dest, bucket, chosen, rem, sizes, target) -> int:
     return moved
 
 
-def _device_args(xadj, adjncy, fwgt, vwgt, part, prefix, bw):
+def _device_args(xadj, adjncy, adjwgt, vwgt, part, prefix, bw):
     """The arrays with the dtypes the kernels read (no copies when they already are)."""
     return (gc.as_device(xadj, cp.int64), gc.as_device(adjncy, cp.int32),
-            gc.as_device(fwgt, cp.float64), gc.as_device(vwgt, cp.int64),
+            gc.gain_weights(adjwgt)[0], gc.as_device(vwgt, cp.int64),
             gc.as_device(part, cp.int32), gc.as_device(prefix, cp.int64),
             gc.as_device(bw, cp.int64))
 
 
 # ------------------------------------------------------------------ rebalancers
-def weak_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: cp.ndarray,
+def weak_moves(xadj: cp.ndarray, adjncy: cp.ndarray, adjwgt: cp.ndarray, vwgt: cp.ndarray,
                part: cp.ndarray, k: int, lmax: int, prefix: cp.ndarray, bw: cp.ndarray,
                seed: int, table: gc.TableScratch | None = None) -> tuple[cp.ndarray, cp.ndarray]:
     """Weak rebalancing, bit-identical to ``jet_cpu._weak_moves``.
@@ -300,7 +300,7 @@ def weak_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: cp.
     int32 proposal array (``dest[u]`` is the destination of every moving ``u``; -1 at
     non-candidates, as on the CPU).
     """
-    xadj, adjncy, fwgt, vwgt, part, prefix, bw = _device_args(xadj, adjncy, fwgt, vwgt, part,
+    xadj, adjncy, adjwgt, vwgt, part, prefix, bw = _device_args(xadj, adjncy, adjwgt, vwgt, part,
                                                               prefix, bw)
     k, lmax = int(k), int(lmax)
     opt = float(int(bw.sum())) / k
@@ -310,13 +310,13 @@ def weak_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: cp.
     valid_cum[1:] = cp.cumsum(dest_ok, dtype=cp.int64)
     valid_ids = cp.flatnonzero(dest_ok).astype(cp.int32)
     heavy = 1.5 * (bw.astype(cp.float64) - opt)  # same IEEE operations as the CPU
-    dest, bucket = _propose(xadj, adjncy, fwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
+    dest, bucket = _propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
                             valid_cum, valid_ids, _seed_key(seed), True, table)
     moves = _select_prefix(part, vwgt, dest, bucket, bw, lmax)
     return moves.astype(cp.int32), dest
 
 
-def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: cp.ndarray,
+def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, adjwgt: cp.ndarray, vwgt: cp.ndarray,
                  part: cp.ndarray, k: int, lmax: int, prefix: cp.ndarray,
                  bw: cp.ndarray, table: gc.TableScratch | None = None
                  ) -> tuple[cp.ndarray, cp.ndarray]:
@@ -327,7 +327,7 @@ def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: c
     Returns ``(moves, target)``: ascending int32 ids and the full int32 target array
     (-1 at vertices that stay).
     """
-    xadj, adjncy, fwgt, vwgt, part, prefix, bw = _device_args(xadj, adjncy, fwgt, vwgt, part,
+    xadj, adjncy, adjwgt, vwgt, part, prefix, bw = _device_args(xadj, adjncy, adjwgt, vwgt, part,
                                                               prefix, bw)
     n = part.size
     k, lmax = int(k), int(lmax)
@@ -349,7 +349,7 @@ def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, fwgt: cp.ndarray, vwgt: c
             continue
         dest_ok = (rem > 0).astype(cp.uint8)
         heavy = cp.full(k, max_rem + 1, dtype=cp.float64)  # only vertices that fit somewhere
-        dest, bucket = _propose(xadj, adjncy, fwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
+        dest, bucket = _propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
                                 cp.zeros(k + 1, dtype=cp.int64), no_ids, 0, False, table)
         chosen = _select_prefix(part, vwgt, dest, bucket, bw, lmax)
         if _strong_assign(part, vwgt, dest, bucket, chosen, rem, sizes, target):
@@ -387,7 +387,7 @@ class WeakStep:
     KERNELS = ("weak_prep", "rebalance_propose", "weak_bucket_sums", "weak_cutoffs",
                "weak_chunk_sums", "weak_chunk_scan", "weak_select")
 
-    def enqueue(self, xadj, adjncy, fwgt, vwgt, part, bw, lmax: int, prefix, seed: int,
+    def enqueue(self, xadj, adjncy, adjwgt, vwgt, part, bw, lmax: int, prefix, seed: int,
                 table: gc.TableScratch, target, gate) -> None:
         """Queue one weak step: ``target[u] = dest`` for the moving vertices (``target``
         must be -1 elsewhere). ``gate``: the loop's control block (CuPy int64), or
@@ -398,7 +398,8 @@ class WeakStep:
         gc.launch(fn("weak_prep"), max(1, k * nb), bw, i64(k), i64(lmax), self.dest_ok,
                   self.valid_cum, self.valid_ids, self.heavy, self.wsum, i64(nb), gate)
         gc.launch(fn("rebalance_propose"), n,
-                  xadj, adjncy, fwgt, vwgt, part, bw, i64(lmax), self.heavy, self.dest_ok,
+                  xadj, adjncy, *gc.gain_weights(adjwgt), vwgt, part, bw, i64(lmax), self.heavy,
+                  self.dest_ok,
                   i64(1), prefix, i64(prefix.size), self.valid_cum, self.valid_ids,
                   np.uint64(_seed_key(seed)), self.thr, i64(self.thr.size), i64(n),
                   table.offset, table.keys, table.vals, self.dest, self.bucket, gate)
@@ -415,10 +416,10 @@ class WeakStep:
 
 
 def _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix):
-    """Device arrays of the kernels' dtypes; edge weights as float64 (the CPU's
-    ``_as_float``), block weights computed on the device."""
+    """Device arrays of the kernels' dtypes; edge weights int64 or float64 (the gain
+    kernels read both as float64, as the CPU's ``_as_float``)."""
     return (gc.as_device(xadj, cp.int64), gc.as_device(adjncy, cp.int32),
-            gc.as_device(adjwgt, cp.float64), gc.as_device(vwgt, cp.int64),
+            gc.gain_weights(adjwgt)[0], gc.as_device(vwgt, cp.int64),
             gc.as_device(part, cp.int32), gc.as_device(prefix, cp.int64))
 
 
@@ -428,9 +429,9 @@ def rebalance_weak(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, 
 
     Returns ``(vertices, targets)``: ascending int32 ids and their destinations.
     """
-    xadj, adjncy, fwgt, vwgt, part, prefix = _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix)
+    xadj, adjncy, adjwgt, vwgt, part, prefix = _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix)
     bw = block_weights(part, vwgt, k)
-    moves, dest = weak_moves(xadj, adjncy, fwgt, vwgt, part, k, lmax, prefix, bw, seed)
+    moves, dest = weak_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, seed)
     return moves, dest[moves]
 
 
@@ -440,7 +441,7 @@ def rebalance_strong(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int,
 
     Returns ``(vertices, targets)``: ascending int32 ids and their destinations.
     """
-    xadj, adjncy, fwgt, vwgt, part, prefix = _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix)
+    xadj, adjncy, adjwgt, vwgt, part, prefix = _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix)
     bw = block_weights(part, vwgt, k)
-    moves, target = strong_moves(xadj, adjncy, fwgt, vwgt, part, k, lmax, prefix, bw)
+    moves, target = strong_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw)
     return moves, target[moves]

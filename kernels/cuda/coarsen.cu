@@ -237,57 +237,143 @@ __device__ __forceinline__ void add_weight(double* p, double w) {
     atomicAdd(p, w);  // the summation order, hence the last bits, depend on scheduling
 }
 
-// Algorithm 3 lines 7-10, one thread per fine edge e = (u, v): insert key cmap[v]
-// into region off[c]:off[c+1] of c = cmap[u] (linear probing, empty slot = -1,
-// claimed by atomicCAS) and add the weight. Edges inside c are self loops: dropped.
-// The region holds at least as many slots as c has distinct neighbours, so probing
-// always ends. Slot hash as in coarsen_cpu._hash_insert (multiply-shift onto the region).
+// Algorithm 3 lines 7-10 for fine edge (u, v) of weight w, c = cmap[u], d = cmap[v] != c:
+// insert key d into region off[c]:off[c+1] (linear probing, empty slot = -1, claimed
+// by atomicCAS) and add the weight. The region holds at least as many slots as c has
+// distinct neighbours, so probing always ends. Slot hash as in
+// coarsen_cpu._hash_insert (multiply-shift onto the region).
+template <typename W>
+__device__ __forceinline__ void hash_insert(int* __restrict__ hkey, W* __restrict__ hwgt,
+                                            i64 lo, i64 size, int d, W w) {
+    const u64 h = ((u64)d * 0x9E3779B1ULL) & 0xFFFFFFFFULL;
+    i64 j = lo + (i64)((h * (u64)size) >> 32);
+    for (;;) {
+        const int old = atomicCAS(&hkey[j], -1, d);
+        if (old == -1 || old == d) {
+            add_weight(&hwgt[j], w);
+            return;
+        }
+        if (++j == lo + size) j = lo;
+    }
+}
+
+// Every fine edge inserted (edges inside a coarse vertex are self loops: dropped), one
+// warp per 32 consecutive fine vertices: their edges are contiguous in the CSR, so
+// the warp walks them with coalesced reads, and an edge's source is found among the
+// warp's 33 row offsets in shared memory instead of by a binary search of the whole
+// xadj. Launched with WARP_BLOCK threads per block (gpu_common.BLOCK).
+#define WARP_BLOCK 256
 template <typename W>
 __device__ __forceinline__ void contract_insert_body(
-    i64 n, i64 m2, const i64* __restrict__ xadj, const int* __restrict__ adjncy,
+    i64 n, const i64* __restrict__ xadj, const int* __restrict__ adjncy,
     const W* __restrict__ adjwgt, const int* __restrict__ cmap, const i64* __restrict__ off,
     int* __restrict__ hkey, W* __restrict__ hwgt) {
-    GRID_STRIDE(e, m2) {
-        int c = cmap[row_of(xadj, n, e)];
-        int d = cmap[adjncy[e]];
-        if (d == c) continue;
-        i64 lo = off[c];
-        i64 size = off[c + 1] - lo;
-        u64 h = ((u64)d * 0x9E3779B1ULL) & 0xFFFFFFFFULL;
-        i64 j = lo + (i64)((h * (u64)size) >> 32);
-        for (;;) {
-            int old = atomicCAS(&hkey[j], -1, d);
-            if (old == -1 || old == d) {
-                add_weight(&hwgt[j], adjwgt[e]);
-                break;
+    __shared__ i64 rows[WARP_BLOCK / 32][33];
+    __shared__ int crow[WARP_BLOCK / 32][32];
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    for (i64 base = (((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32; base < n;
+         base += warps * 32) {
+        const int cnt = (int)(n - base < 32 ? n - base : 32);
+        rows[w][lane] = xadj[base + (lane < cnt ? lane : cnt)];
+        if (lane == 0) rows[w][32] = xadj[base + cnt];
+        if (lane < cnt) crow[w][lane] = cmap[base + lane];
+        __syncwarp();
+        for (i64 e = rows[w][0] + lane; e < rows[w][32]; e += 32) {
+            int lo = 0, hi = cnt - 1;  // the last row r with rows[r] <= e
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) >> 1;
+                if (rows[w][mid] <= e) lo = mid;
+                else hi = mid - 1;
             }
-            if (++j == lo + size) j = lo;
+            const int c = crow[w][lo];
+            const int d = cmap[adjncy[e]];
+            if (d == c) continue;
+            hash_insert(hkey, hwgt, off[c], off[c + 1] - off[c], d, adjwgt[e]);
+        }
+        __syncwarp();
+    }
+}
+
+extern "C" __global__ void contract_insert_i64(i64 n, const i64* xadj, const int* adjncy,
+                                                    const i64* adjwgt, const int* cmap,
+                                                    const i64* off, int* hkey, i64* hwgt) {
+    contract_insert_body<i64>(n, xadj, adjncy, adjwgt, cmap, off, hkey, hwgt);
+}
+
+extern "C" __global__ void contract_insert_f64(i64 n, const i64* xadj, const int* adjncy,
+                                                    const double* adjwgt, const int* cmap,
+                                                    const i64* off, int* hkey, double* hwgt) {
+    contract_insert_body<double>(n, xadj, adjncy, adjwgt, cmap, off, hkey, hwgt);
+}
+
+// ---- compaction: the occupied slots of every region, in neighbour order, become the
+// coarse CSR. One warp per coarse row (a grid stride over warps: the loops below are
+// uniform across a warp, as the shuffles need).
+#define FULL_MASK 0xffffffffu
+
+__device__ __forceinline__ int warp_sum(int x) {
+    for (int d = 16; d > 0; d >>= 1) x += __shfl_down_sync(FULL_MASK, x, d);
+    return x;
+}
+
+// cnt[c] = occupied slots in region off[c]:off[c+1] (the coarse degree of c).
+extern "C" __global__ void contract_row_counts(i64 nc, const i64* __restrict__ off,
+                                               const int* __restrict__ hkey,
+                                               i64* __restrict__ cnt) {
+    const int lane = threadIdx.x & 31;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    for (i64 c = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; c < nc; c += warps) {
+        int k = 0;
+        for (i64 j = off[c] + lane; j < off[c + 1]; j += 32) k += hkey[j] >= 0;
+        k = warp_sum(k);
+        if (lane == 0) cnt[c] = k;
+    }
+}
+
+// Rows whose region has at most `small` slots: every occupied slot's place in its row
+// is the number of occupied slots of the region with a smaller neighbour id (the keys
+// of a region are distinct), counted by the warp 32 slots at a time through shuffles.
+// The row comes out sorted, as a sort would leave it, at (size/32)^2 * 32 steps per
+// lane: the larger regions are left to the caller (a sort of their slots).
+template <typename W>
+__device__ __forceinline__ void contract_emit_body(
+    i64 nc, i64 small, const i64* __restrict__ off, const int* __restrict__ hkey,
+    const W* __restrict__ hwgt, const i64* __restrict__ cxadj, int* __restrict__ cadjncy,
+    W* __restrict__ cadjwgt) {
+    const int lane = threadIdx.x & 31;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    for (i64 c = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; c < nc; c += warps) {
+        const i64 lo = off[c];
+        const i64 size = off[c + 1] - lo;
+        if (size > small) continue;
+        const i64 out = cxadj[c];
+        for (i64 i0 = 0; i0 < size; i0 += 32) {
+            const int key = i0 + lane < size ? hkey[lo + i0 + lane] : -1;
+            int rank = 0;
+            for (i64 j0 = 0; j0 < size; j0 += 32) {
+                const int other = j0 + lane < size ? hkey[lo + j0 + lane] : -1;
+                for (int t = 0; t < 32; ++t) {
+                    const int o = __shfl_sync(FULL_MASK, other, t);
+                    rank += (o >= 0) & (o < key);
+                }
+            }
+            if (key >= 0) {
+                cadjncy[out + rank] = key;
+                cadjwgt[out + rank] = hwgt[lo + i0 + lane];
+            }
         }
     }
 }
 
-extern "C" __global__ void contract_insert_i64(i64 n, i64 m2, const i64* xadj,
-                                               const int* adjncy, const i64* adjwgt,
-                                               const int* cmap, const i64* off, int* hkey,
-                                               i64* hwgt) {
-    contract_insert_body<i64>(n, m2, xadj, adjncy, adjwgt, cmap, off, hkey, hwgt);
+extern "C" __global__ void contract_emit_i64(i64 nc, i64 small, const i64* off, const int* hkey,
+                                             const i64* hwgt, const i64* cxadj, int* cadjncy,
+                                             i64* cadjwgt) {
+    contract_emit_body<i64>(nc, small, off, hkey, hwgt, cxadj, cadjncy, cadjwgt);
 }
 
-extern "C" __global__ void contract_insert_f64(i64 n, i64 m2, const i64* xadj,
-                                               const int* adjncy, const double* adjwgt,
-                                               const int* cmap, const i64* off, int* hkey,
-                                               double* hwgt) {
-    contract_insert_body<double>(n, m2, xadj, adjncy, adjwgt, cmap, off, hkey, hwgt);
-}
-
-// Sort key of occupied slot idx[i]: row * nc + neighbour, row = the region holding
-// the slot. Keys are distinct, and increasing keys are the coarse CSR in row order
-// with every row sorted by neighbour id.
-extern "C" __global__ void contract_keys(i64 mc, i64 nc, const i64* __restrict__ off,
-                                         const i64* __restrict__ idx,
-                                         const int* __restrict__ hkey, i64* __restrict__ key) {
-    GRID_STRIDE(i, mc) {
-        i64 slot = idx[i];
-        key[i] = row_of(off, nc, slot) * nc + (i64)hkey[slot];
-    }
+extern "C" __global__ void contract_emit_f64(i64 nc, i64 small, const i64* off, const int* hkey,
+                                             const double* hwgt, const i64* cxadj, int* cadjncy,
+                                             double* cadjwgt) {
+    contract_emit_body<double>(nc, small, off, hkey, hwgt, cxadj, cadjncy, cadjwgt);
 }

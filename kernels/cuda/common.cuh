@@ -50,6 +50,13 @@ __device__ __forceinline__ bool gated_off(const i64* gate, i64 mode) {
     return gate != nullptr && gate[CTL_MODE] != mode;
 }
 
+// Edge weight e as the gain kernels read it, from int64 (w_int != 0) or float64 weights.
+// An int64 weight converts to the same double as a float64 copy would hold (exactly,
+// below 2^53), so the kernels need no float64 copy of the weights (8 bytes per entry).
+__device__ __forceinline__ double weight_at(const void* __restrict__ w, i64 w_int, i64 e) {
+    return w_int ? (double)((const i64*)w)[e] : ((const double*)w)[e];
+}
+
 // One thread per item with a grid-stride loop: correct for any launch geometry.
 #define GRID_STRIDE(i, count)                                                   \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(count); \

@@ -92,11 +92,12 @@ __device__ __forceinline__ bool on_boundary(i64 lo, i64 hi, const int* __restric
 __device__ __forceinline__ void table_fill(ConnTable& T, i64 lo, i64 hi,
                                           const int* __restrict__ adjncy,
                                           const int* __restrict__ part,
-                                          const double* __restrict__ w, i64 k, i64 nlev,
-                                          const i64* __restrict__ div) {
+                                          const void* __restrict__ w, i64 w_int, i64 k,
+                                          i64 nlev, const i64* __restrict__ div) {
     for (i64 e = lo; e < hi; ++e) {
         const i64 b = part[adjncy[e]];
-        for (i64 t = 0; t < nlev; ++t) table_add(T, group_key(t, b, k, div), w[e]);
+        const double we = weight_at(w, w_int, e);
+        for (i64 t = 0; t < nlev; ++t) table_add(T, group_key(t, b, k, div), we);
     }
 }
 

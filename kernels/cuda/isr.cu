@@ -16,7 +16,8 @@
 // lmax; largest gain, then smallest block) of every boundary vertex. div[t] = P_t
 // (P_0 = 1), delta[t] = d_{t+1} - d_t; nlev = 1 in cut mode. Writes dest (-1: none), gain.
 extern "C" __global__ void isr_propose(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
-                                       const double* __restrict__ w, const i64* __restrict__ vwgt,
+                                       const void* __restrict__ w, i64 w_int,
+                                       const i64* __restrict__ vwgt,
                                        const int* __restrict__ part, const i64* __restrict__ bw,
                                        i64 lmax, const i64* __restrict__ div,
                                        const double* __restrict__ delta, i64 n, i64 k, i64 nlev,
@@ -36,7 +37,7 @@ extern "C" __global__ void isr_propose(const i64* __restrict__ xadj, const int* 
         const i64 cap = (hi - lo) * nlev;
         ConnTable T = spill[u] < 0 ? table_open(local_keys, local_vals, 0, cap)
                                    : table_open(keys, vals, spill[u], cap);
-        table_fill(T, lo, hi, adjncy, part, w, k, nlev, div);
+        table_fill(T, lo, hi, adjncy, part, w, w_int, k, nlev, div);
         const double own = table_get(T, (int)a);
         const i64 room = lmax - vwgt[u];
         i64 best_b = -1;

@@ -15,7 +15,8 @@
 // ultra schedule.
 // Writes dest[u] (-1: no candidate) and gain[u] for every u.
 extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
-                                      const double* __restrict__ w, const int* __restrict__ part,
+                                      const void* __restrict__ w, i64 w_int,
+                                      const int* __restrict__ part,
                                       const unsigned char* __restrict__ locked,
                                       const i64* __restrict__ div, const double* __restrict__ delta,
                                       i64 n, i64 k, i64 nlev, i64 cut_mode,
@@ -39,7 +40,7 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
         const i64 cap = (hi - lo) * nlev;
         ConnTable T = spill[u] < 0 ? table_open(local_keys, local_vals, 0, cap)
                                    : table_open(keys, vals, spill[u], cap);
-        table_fill(T, lo, hi, adjncy, part, w, k, nlev, div);
+        table_fill(T, lo, hi, adjncy, part, w, w_int, k, nlev, div);
         const double own = table_get(T, (int)a);
         i64 best_b = -1;
         double best_g = 0.0;
@@ -73,7 +74,8 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
 // already moved; it moves when that gain is >= 0. Writes move[u] (0/1) and
 // target[u] (dest[u] when moving, else -1) for every u.
 extern "C" __global__ void lp_afterburn(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
-                                        const double* __restrict__ w, const int* __restrict__ part,
+                                        const void* __restrict__ w, i64 w_int,
+                                        const int* __restrict__ part,
                                         const i64* __restrict__ prefix,
                                         const double* __restrict__ dist, i64 n, i64 cut_mode,
                                         const int* __restrict__ dest,
@@ -96,7 +98,7 @@ extern "C" __global__ void lp_afterburn(const i64* __restrict__ xadj, const int*
             i64 cv = part[v];
             const i64 dv = dest[v];
             if (dv >= 0 && (gain[v] > gu || (gain[v] == gu && v < u))) cv = dv;
-            const double we = w[e];
+            const double we = weight_at(w, w_int, e);
             if (cut_mode) {
                 if (cv == b)
                     g2 = __dadd_rn(g2, we);

@@ -47,7 +47,7 @@ __device__ __forceinline__ int fallback_block(i64 u, int a, const i64* __restric
 // So the float sums are the CPU's, bit for bit, with no cap on the degree.
 extern "C" __global__ void rebalance_propose(
     const i64* __restrict__ xadj, const int* __restrict__ adjncy,
-    const double* __restrict__ fwgt, const i64* __restrict__ vwgt,
+    const void* __restrict__ w, i64 w_int, const i64* __restrict__ vwgt,
     const int* __restrict__ part, const i64* __restrict__ bw, i64 lmax,
     const double* __restrict__ heavy, const unsigned char* __restrict__ dest_ok,
     i64 fallback, const i64* __restrict__ prefix, i64 nlev,
@@ -76,7 +76,7 @@ extern "C" __global__ void rebalance_propose(
                 tval[nt] = 0.0;
                 ++nt;
             }
-            tval[i] += fwgt[e];
+            tval[i] += weight_at(w, w_int, e);
         }
         double own = 0.0;
         int best_b = -1;

@@ -178,38 +178,51 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
         return part, value
 
     best, best_key = None, None
-    concurrent = _concurrent_tries(max(1, tries), be.name == "gpu")
-    for part, value in _each_try(attempt, max(1, tries), be.name == "gpu", concurrent):
+    tries = max(1, tries)
+    workers = _try_workers(tries, be.name == "gpu", adjncy.size)
+    for part, value in _each_try(attempt, tries, be.name == "gpu", workers):
         key = (int(be.block_weights(part, vwgt, k).max()) > lmax, value)
         if best_key is None or key < best_key:  # ties: the earlier try
             best, best_key = part, key
-    if concurrent:
+    if workers > 1:
         best = be.adopt(best)  # made on a worker's stream (GPU)
     return best.astype(np.int32, copy=False)
 
 
-def _concurrent_tries(tries: int, gpu: bool) -> bool:
-    """Whether the tries run concurrently (see :func:`_each_try`)."""
+#: Device memory one concurrent try may need, per directed edge of the graph it
+#: partitions (its coarse levels, contraction scratch, refinement state; measured on
+#: rgg20 with the tries of hm-ultra's top split: about 20 bytes per edge each).
+TRY_BYTES_PER_EDGE = 40
+
+
+def _try_workers(tries: int, gpu: bool, edges: int) -> int:
+    """How many tries run at once (see :func:`_each_try`): 1 (serial) with one try,
+    under Numba's workqueue layer, or on the host with one Numba thread; on the GPU
+    no more than the free device memory holds (:data:`TRY_BYTES_PER_EDGE`)."""
     if tries == 1 or threading_layer() == "workqueue":
-        return False
-    return gpu or nb.get_num_threads() > 1
+        return 1
+    if not gpu:
+        return tries if nb.get_num_threads() > 1 else 1
+    room = backend.gpu_free_bytes() // max(1, TRY_BYTES_PER_EDGE * edges)
+    return int(max(1, min(tries, room)))
 
 
-def _each_try(attempt, tries: int, gpu: bool, concurrent: bool):
+def _each_try(attempt, tries: int, gpu: bool, workers: int):
     """``attempt(0) .. attempt(tries - 1)`` in order of the index.
 
-    With ``concurrent`` the tries run in worker threads (:func:`.backend.in_worker`),
-    each with a share of the Numba threads (the kernels release the GIL) and, on the
-    GPU, a CUDA stream of its own: independent cycles at a few threads each use the
-    cores better than one cycle at all of them (see ``hm._split_tasks``), and on the
-    GPU one try's kernels fill the gaps of another's (its host levels, its loop
-    synchronisations, kernels too small to fill the device). Each try's result depends
-    only on its seed, so the order of completion does not matter.
+    With ``workers > 1`` the tries run in that many worker threads
+    (:func:`.backend.in_worker`), each with a share of the Numba threads (the kernels
+    release the GIL) and, on the GPU, a CUDA stream of its own: independent cycles at a
+    few threads each use the cores better than one cycle at all of them (see
+    ``hm._split_tasks``), and on the GPU one try's kernels fill the gaps of another's
+    (its host levels, its loop synchronisations, kernels too small to fill the
+    device). Each try's result depends only on its seed, so the order of completion
+    does not matter.
     """
-    if not concurrent:
+    if workers <= 1:
         return [attempt(i) for i in range(tries)]
-    run = backend.in_worker(attempt, max(1, nb.get_num_threads() // tries), gpu)
-    with ThreadPoolExecutor(max_workers=tries, thread_name_prefix="procmap-try") as pool:
+    run = backend.in_worker(attempt, max(1, nb.get_num_threads() // workers), gpu)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="procmap-try") as pool:
         return list(pool.map(run, range(tries)))
 
 

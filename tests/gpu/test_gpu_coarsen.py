@@ -204,6 +204,35 @@ def test_contract_random_clusters(graph, clusters):
     assert_contraction(got, want, graph.adjwgt.dtype.kind == "f")
 
 
+@pytest.mark.parametrize("small", [0, 7, 40])
+def test_contract_large_regions_sorted_instead(graph, small, monkeypatch):
+    """Regions over SMALL_REGION slots take the sorting path: forced here on every
+    (0) or many regions, the result must not change."""
+    from procmap.kernels import coarsen_gpu as cg
+    monkeypatch.setattr(cg, "SMALL_REGION", small)
+    match = cc.two_hop_matching(*host(graph), None, 0)
+    cmap, nc = cc.coarse_ids(match)
+    want = cc.contract(*host(graph), cmap, nc)
+    got = cg.contract(*dev(graph), cp.asarray(cmap), nc)
+    assert_contraction(got, want, graph.adjwgt.dtype.kind == "f")
+
+
+def test_contract_hub_region():
+    """A hub of degree 6000 (region over SMALL_REGION) among small regions: both
+    compaction paths in one call."""
+    from procmap.kernels import coarsen_gpu as cg
+    rng = np.random.default_rng(3)
+    n = 9000
+    src = np.concatenate([np.zeros(6000, dtype=np.int64), rng.integers(1, n, 20000)])
+    dst = np.concatenate([np.arange(1, 6001), rng.integers(1, n, 20000)])
+    g = CommGraph.from_edges(src, dst, rng.integers(1, 9, src.size), n=n)
+    assert np.diff(g.xadj).max() > cg.SMALL_REGION
+    cmap = (np.arange(n) // 2).astype(np.int32)
+    want = cc.contract(*host(g), cmap, int(cmap.max()) + 1)
+    got = cg.contract(*dev(g), cp.asarray(cmap), int(cmap.max()) + 1)
+    assert_contraction(got, want, False)
+
+
 def test_contract_structure():
     """Invariants, independent of the CPU twin: symmetric, no self loops, sorted rows,
     total weight conserved minus the internal edges."""
