@@ -18,14 +18,19 @@ and reports
 
 ``--kernels`` adds, on each instance, the bandwidth of two kernels on the finest level:
 one contraction (after a two-hop matching) and one label-propagation round (the proposal and
-afterburner kernels of ``jet_gpu``, on a block partition, state allocated beforehand), timed
-with CUDA events (median of 5), with the bytes each must move:
+afterburner kernels of ``jet_gpu``, state allocated beforehand) on two partitions into 192
+blocks: by vertex id (``id``: on graphs numbered without locality, such as rgg, nearly
+every vertex lies on the boundary, the worst case) and the partition ``im`` computes
+(``im``: what refinement works on). Timed with CUDA events (median of 5), with the bytes
+each must move:
 
 * contraction: reads ``xadj`` (8 B/vertex), ``cmap`` of each vertex and of each neighbour
   (4 B/vertex + 4 B/edge), ``adjncy`` + ``adjwgt`` (4 + 8 B/edge), writes a hash slot per edge
   (4 + 8 B/edge) and reads it back for compaction (12 B/edge): 40 B/edge + 12 B/vertex;
-* LP: reads ``xadj`` (8 B/vertex), ``adjncy`` + ``adjwgt`` (12 B/edge), the neighbour's part
-  (4 B/edge), and writes dest/gain (12 B/vertex): 16 B/edge + 20 B/vertex.
+* LP: reads ``xadj`` (8 B/vertex), ``adjncy`` and the neighbour's part (8 B/edge: the
+  boundary test), the weights of boundary vertices (8 B per edge of a boundary vertex),
+  and writes dest/gain (12 B/vertex): 8 B/edge + 8 B/boundary edge + 20 B/vertex (16 B/edge
+  + 20 B/vertex when every vertex is on the boundary).
 
 GPU kernels are compiled by a warm-up run on a small graph first. Run on the GPU machine:
 
@@ -125,20 +130,30 @@ def kernel_bandwidth(graph, seed: int) -> dict:
     match = coarsen_gpu.two_hop_matching(xadj, adjncy, adjwgt, vwgt, None, seed)
     cmap, nc = coarsen_gpu.coarse_ids(match)
     t_contract = timed(lambda: coarsen_gpu.contract(xadj, adjncy, adjwgt, vwgt, cmap, nc))
+    b_contract = 40 * m2 + 12 * n
+    out = {"contract_s": t_contract, "contract_GBps": b_contract / t_contract / 1e9}
     k = 192
-    part = cp.asarray((np.arange(n, dtype=np.int64) * k // n).astype(np.int32))
     prefix = np.array([4, 32, 192], dtype=np.int64)
     dist = np.array([1.0, 10.0, 100.0])
+    by_id = (np.arange(n, dtype=np.int64) * k // n).astype(np.int32)
+    mapped = map_tasks(graph, Hierarchy.parse("4:8:6", "1:10:100"), engine="im", seed=seed,
+                       device="gpu").pes.astype(np.int32)
     # the LP round alone (proposal + afterburner kernels), on preallocated state
     g = jet_gpu._Graph(xadj, adjncy, adjwgt, None, prefix, dist)
     lp = jet_gpu._LP(g)
     locked = cp.zeros(n, dtype=cp.uint8)
     move, target = cp.empty(n, dtype=cp.uint8), cp.empty(n, dtype=cp.int32)
-    t_lp = timed(lambda: lp.round(g, part, k, locked, 0.25, move, target))
-    b_contract = 40 * m2 + 12 * n
-    b_lp = 16 * m2 + 20 * n
-    return {"contract_s": t_contract, "contract_GBps": b_contract / t_contract / 1e9,
-            "lp_s": t_lp, "lp_GBps": b_lp / t_lp / 1e9}
+    degree = np.diff(graph.xadj)
+    src = np.repeat(np.arange(n), degree)
+    for label, host_part in (("id", by_id), ("im", mapped)):
+        part = cp.asarray(host_part)
+        t_lp = timed(lambda: lp.round(g, part, k, locked, 0.25, move, target))
+        boundary = np.zeros(n, dtype=bool)
+        boundary[src[host_part[src] != host_part[graph.adjncy]]] = True
+        b_lp = 8 * m2 + 8 * int(degree[boundary].sum()) + 20 * n
+        out.update({f"lp_{label}_s": t_lp, f"lp_{label}_GBps": b_lp / t_lp / 1e9,
+                    f"lp_{label}_boundary": float(boundary.mean())})
+    return out
 
 
 def environment() -> dict:
@@ -243,11 +258,14 @@ def report(results, env) -> None:
               f"{cpu} |")
     kernels = [r["kernels"] for r in results if "kernels" in r]
     if kernels:
-        print("\n| instance | contraction [ms] | GB/s | LP round [ms] | GB/s |")
-        print("|---|---:|---:|---:|---:|")
+        print("\n| instance | contraction [ms] | GB/s | partition | boundary | LP round [ms] "
+              "| GB/s |")
+        print("|---|---:|---:|---|---:|---:|---:|")
         for k in kernels:
-            print(f"| {k['instance']} | {1e3 * k['contract_s']:.2f} | {k['contract_GBps']:.0f} | "
-                  f"{1e3 * k['lp_s']:.2f} | {k['lp_GBps']:.0f} |")
+            for label in ("id", "im"):
+                print(f"| {k['instance']} | {1e3 * k['contract_s']:.2f} | "
+                      f"{k['contract_GBps']:.0f} | {label} | {k[f'lp_{label}_boundary']:.1%} | "
+                      f"{1e3 * k[f'lp_{label}_s']:.2f} | {k[f'lp_{label}_GBps']:.0f} |")
     for r in results:
         if r.get("instance") == "rgg23" and r.get("hierarchy") == "4:8:6" and r.get("engine") == "im":
             g = r["gpu"]

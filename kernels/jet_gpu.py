@@ -9,13 +9,16 @@ algorithm and the gain formula), taking and returning CuPy arrays; ``prefix``,
 
 Kernels (``cuda/jet.cu``)
 -------------------------
-* ``lp_propose`` -- first filter, one thread per vertex. Block connectivities live
-  in a per-vertex table of ``deg(u) * l`` entries (keys ``t * k + group``): an array
-  in the thread's local memory searched linearly when that is at most
+* ``lp_boundary`` -- resets every vertex's proposal and lists the unlocked boundary
+  vertices (a count and a list on the device: no readback), so that the two filters
+  run over those alone, with no warp idling beside one boundary vertex.
+* ``lp_propose`` -- first filter, one thread per listed vertex. Block connectivities
+  live in a per-vertex table of ``deg(u) * l`` entries (keys ``t * k + group``): an
+  array in the thread's local memory searched linearly when that is at most
   ``gpu_common.LOCAL_TABLE`` entries, else an open-addressing hash table in global
   scratch (:class:`.gpu_common.TableScratch`), so there is no cap on the degree or on
-  the number of adjacent blocks. Interior vertices are skipped first.
-* ``lp_afterburn`` -- second filter, one thread per vertex.
+  the number of adjacent blocks.
+* ``lp_afterburn`` -- second filter, one thread per listed vertex.
 * ``move_delta_*`` / ``commit_moves`` -- apply a round of moves: traffic change
   per level, block weights, partition.
 
@@ -129,6 +132,8 @@ class _LP:
         self.ratio = cp.zeros(1, dtype=cp.float64)  # the filter ratio, read by lp_propose
         self.dest = cp.empty(n, dtype=cp.int32)
         self.gain = cp.empty(n, dtype=cp.float64)
+        self.listed = cp.empty(max(n, 1), dtype=cp.int32)  # the round's boundary vertices
+        self.count = cp.zeros(1, dtype=cp.uint64)
 
     def round(self, g: _Graph, part, k: int, locked, filter_ratio, move, target,
               gate=None) -> None:
@@ -139,13 +144,19 @@ class _LP:
         gate = _NO_GATE if gate is None else gate
         if filter_ratio is not None:
             self.ratio.fill(filter_ratio)
+        self.count.fill(0)
+        launch(kernel(_SRC, "lp_boundary"), g.n, g.xadj, g.adjncy, part, locked, i64(g.n),
+               self.dest, self.gain, move, target, self.listed, self.count, gate)
+        # sized for every vertex; the threads past the listed count return at once
         launch(kernel(_SRC, "lp_propose"), g.n,
-               g.xadj, g.adjncy, *g.gain_weights, part, locked, g.div, g.delta,
-               i64(g.n), i64(k), i64(g.nlev), i64(g.cut_mode), self.ratio,
-               self.table.offset, self.table.keys, self.table.vals, self.dest, self.gain, gate)
+               g.xadj, g.adjncy, *g.gain_weights, part, g.div, g.delta,
+               i64(k), i64(g.nlev), i64(g.cut_mode), self.ratio,
+               self.table.offset, self.table.keys, self.table.vals, self.dest, self.gain,
+               self.listed, self.count, gate)
         launch(kernel(_SRC, "lp_afterburn"), g.n,
                g.xadj, g.adjncy, *g.gain_weights, part, g.prefix, g.dist,
-               i64(g.n), i64(g.cut_mode), self.dest, self.gain, move, target, gate)
+               i64(g.cut_mode), self.dest, self.gain, move, target, self.listed, self.count,
+               gate)
 
 
 def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None,
@@ -312,7 +323,8 @@ def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
 
 def _load_loop_kernels(suffix: str) -> None:
     """Load every kernel of an LP iteration now: module loading is no work to capture."""
-    for name in ("lp_propose", "lp_afterburn", "move_delta_" + suffix, "commit_moves"):
+    for name in ("lp_boundary", "lp_propose", "lp_afterburn", "move_delta_" + suffix,
+                 "commit_moves"):
         kernel(_SRC, name)
     for name in ("row_partials_" + suffix, "loop_control_" + suffix, "copy_if_improved",
                  "copy_locks"):
