@@ -48,6 +48,7 @@ class Backend:
     cluster_ids: Callable   # G-kway union-find coarsening (--coarsening unionfind)
     isr_refine: Callable    # G-kway independent-set refinement (--refinement isr)
     ultra_refine: Callable  # jet_refine passes over a schedule of filter ratios
+    internal_edges: Callable  # the CSR without the edges between blocks (V-cycles)
 
     def asarray(self, a, dtype=None):
         """``a`` on this backend's device (no copy when it is already there)."""
@@ -151,7 +152,8 @@ def cpu() -> Backend:
                    coarsen_cpu.contract, jet_cpu.jet_refine, jet_cpu.block_weights, jet_cpu.cost,
                    subgraph_cpu.extract_subgraphs, objective_cpu.level_traffic,
                    lambda *arrays: tuple(to_host(a) for a in arrays),
-                   unionfind_cpu.cluster_ids, isr_cpu.isr_refine, jet_cpu.ultra_refine)
+                   unionfind_cpu.cluster_ids, isr_cpu.isr_refine, jet_cpu.ultra_refine,
+                   coarsen_cpu.internal_edges)
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,7 +171,8 @@ def gpu() -> Backend:
     return Backend("gpu", cupy, coarsen_gpu.two_hop_matching, coarsen_gpu.coarse_ids,
                    coarsen_gpu.contract, jet_gpu.jet_refine, jet_gpu.block_weights, jet_gpu.cost,
                    subgraph_gpu.extract_subgraphs, objective_gpu.level_traffic, upload_graph,
-                   unionfind_gpu.cluster_ids, isr_gpu.isr_refine, jet_gpu.ultra_refine)
+                   unionfind_gpu.cluster_ids, isr_gpu.isr_refine, jet_gpu.ultra_refine,
+                   subgraph_gpu.internal_edges)
 
 
 def of(a) -> Backend:

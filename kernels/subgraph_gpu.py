@@ -18,9 +18,34 @@ import cupy as cp
 
 from .gpu_common import as_device, i64, kernel, launch
 
-__all__ = ["extract_subgraphs"]
+__all__ = ["extract_subgraphs", "internal_edges"]
 
 _CU = "subgraph.cu"
+
+
+def internal_edges(xadj, adjncy, adjwgt, part):
+    """The CSR without the edges between different blocks of ``part`` (GPU twin of
+    :func:`.coarsen_cpu.internal_edges`, equal value for value): ``(xadj int64,
+    adjncy, adjwgt)``, the last two of their input dtypes.
+
+    Scratch: a flag and a running count per CSR entry (9 bytes), besides the result.
+    """
+    xadj = as_device(xadj, cp.int64)
+    adjncy = as_device(adjncy, cp.int32)
+    adjwgt = as_device(adjwgt)
+    part = as_device(part, cp.int64)
+    n, m2 = part.size, adjncy.size
+    keep = cp.empty(m2, dtype=cp.uint8)
+    launch(kernel(_CU, "subgraph_keep"), m2, i64(n), i64(m2), xadj, adjncy, part, keep)
+    kept_before = cp.zeros(m2 + 1, dtype=cp.int64)
+    cp.cumsum(keep, dtype=cp.int64, out=kept_before[1:])
+    kept = int(kept_before[-1])
+    words = _word_weights(adjwgt)
+    out_adjncy = cp.empty(kept, dtype=cp.int32)
+    out_words = cp.empty(kept, dtype=words.dtype)
+    launch(kernel(_CU, "internal_fill"), m2, i64(m2), adjncy, words, keep, kept_before,
+           out_adjncy, out_words)
+    return kept_before[xadj], out_adjncy, out_words.astype(adjwgt.dtype, copy=False)
 
 
 def _word_weights(adjwgt: cp.ndarray) -> cp.ndarray:

@@ -426,11 +426,9 @@ def test_contract_rejects_asymmetric_graph():
 # ------------------------------------------------------------ edge filter
 @pytest.mark.parametrize("float_weights", [False, True])
 def test_internal_edges_equals_numpy(float_weights):
-    from procmap.engines.multilevel import _internal_edges
     g = random_graph(500, 3000, 6, float_weights=float_weights)
     rng = np.random.default_rng(0)
     for blocks in (1, 2, 9, g.n):
         part = rng.integers(0, blocks, g.n).astype(np.int32)
         want = numpy_internal_edges(g.xadj, g.adjncy, g.adjwgt, part)
         assert_identical(cc.internal_edges(g.xadj, g.adjncy, g.adjwgt, part), want)
-        assert_identical(_internal_edges(g.xadj, g.adjncy, g.adjwgt, part), want)

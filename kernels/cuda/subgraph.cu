@@ -37,3 +37,18 @@ extern "C" __global__ void subgraph_fill(i64 n, i64 m2, const i64* __restrict__ 
         sub_adjwgt[out] = adjwgt[e];
     }
 }
+
+// Internal edges (the CSR without the edges between blocks, ids unchanged): copy kept
+// entry e to kept_before[e]. Weights as raw 8-byte words.
+extern "C" __global__ void internal_fill(i64 m2, const int* __restrict__ adjncy,
+                                         const u64* __restrict__ adjwgt,
+                                         const unsigned char* __restrict__ keep,
+                                         const i64* __restrict__ kept_before,
+                                         int* __restrict__ out_adjncy,
+                                         u64* __restrict__ out_adjwgt) {
+    GRID_STRIDE(e, m2) {
+        if (!keep[e]) continue;
+        out_adjncy[kept_before[e]] = adjncy[e];
+        out_adjwgt[kept_before[e]] = adjwgt[e];
+    }
+}

@@ -32,7 +32,6 @@ import numpy as np
 
 from procmap.kernels import backend
 from procmap.kernels.backend import threading_layer, to_host
-from procmap.kernels.coarsen_cpu import internal_edges
 from procmap.kernels.fm_cpu import fm_refine
 from procmap.kernels.jet_cpu import filter_schedule
 
@@ -92,7 +91,7 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
         be = backend.of(g.xadj)
         mx, ma, mw = g.xadj, g.adjncy, g.adjwgt
         if g.part is not None:
-            mx, ma, mw = _internal_edges(g.xadj, g.adjncy, g.adjwgt, g.part)
+            mx, ma, mw = be.internal_edges(g.xadj, g.adjncy, g.adjwgt, g.part)
         cmap, nc = None, 0
         if coarsening == "unionfind":
             cmap, nc = be.cluster_ids(mx, ma, mw, g.vwgt, max_vwgt, seed + len(levels))
@@ -115,20 +114,6 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
             cpart = None if cpart is None else to_host(cpart)
         levels.append(Level(*coarse, part=cpart))
     return levels
-
-
-def _internal_edges(xadj, adjncy, adjwgt, part):
-    """The CSR without the edges between different blocks of ``part``."""
-    xp = backend.of(xadj).xp
-    if xp is np:
-        return internal_edges(xadj, adjncy, adjwgt, part)
-    src = xp.searchsorted(xadj, xp.arange(adjncy.size), side="right") - 1  # cupy.repeat takes no array of counts
-    keep = part[src] == part[adjncy]
-    # kept entries before each row start = the new row offsets (no histogram needed:
-    # cupy.bincount allocates per-block histograms of n entries, gigabytes at 1M)
-    kept = xp.zeros(adjncy.size + 1, dtype=np.int64)
-    xp.cumsum(keep, out=kept[1:])
-    return kept[xadj], adjncy[keep], adjwgt[keep]
 
 
 def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float, seed: int = 0,

@@ -91,3 +91,19 @@ def test_extract_subgraphs_invariants():
             assert j.size == 1 and g.adjwgt[row][j[0]] == w
         kept += adjncy.size
     assert kept == np.count_nonzero(inside)
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_internal_edges_identical(name):
+    """The V-cycles' edge filter: the CSR without the edges between blocks, equal to
+    the CPU twin value for value (dtypes included)."""
+    from procmap.kernels import coarsen_cpu as cc
+    from procmap.kernels import subgraph_gpu as sg
+    g = GRAPHS[name]()
+    for part, _ in partitions(g, 1):
+        part = part.astype(np.int32)
+        want = cc.internal_edges(g.xadj, g.adjncy, g.adjwgt, part)
+        got = sg.internal_edges(cp.asarray(g.xadj), cp.asarray(g.adjncy), cp.asarray(g.adjwgt),
+                                cp.asarray(part))
+        for a, b in zip(got, want):
+            assert_same(a, b)
