@@ -308,53 +308,59 @@ extern "C" __global__ void contract_insert_f64(i64 n, const i64* xadj, const int
 }
 
 // ---- compaction: the occupied slots of every region, in neighbour order, become the
-// coarse CSR. One warp per coarse row (a grid stride over warps: the loops below are
-// uniform across a warp, as the shuffles need).
+// coarse CSR. One group of G lanes (8, 16 or 32: the host picks it from the average
+// region size, coarsen_gpu._row_lanes) per coarse row, a grid stride over groups. Rows are short (a few to a
+// few dozen slots) and the work per row is a handful of dependent loads, so several
+// rows per warp hide more latency than one; a row longer than G is walked G slots at
+// a time. The loops are uniform within a group, as the group's shuffles need.
 #define FULL_MASK 0xffffffffu
 
-__device__ __forceinline__ int warp_sum(int x) {
-    for (int d = 16; d > 0; d >>= 1) x += __shfl_down_sync(FULL_MASK, x, d);
-    return x;
+template <int G>
+__device__ __forceinline__ unsigned group_mask() {
+    return G == 32 ? FULL_MASK : ((1u << G) - 1u) << ((threadIdx.x & 31) & ~(G - 1));
 }
 
 // cnt[c] = occupied slots in region off[c]:off[c+1] (the coarse degree of c).
-extern "C" __global__ void contract_row_counts(i64 nc, const i64* __restrict__ off,
-                                               const int* __restrict__ hkey,
-                                               i64* __restrict__ cnt) {
-    const int lane = threadIdx.x & 31;
-    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
-    for (i64 c = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; c < nc; c += warps) {
+template <int G>
+__device__ __forceinline__ void contract_row_counts_body(i64 nc, const i64* __restrict__ off,
+                                                         const int* __restrict__ hkey,
+                                                         i64* __restrict__ cnt) {
+    const int lane = threadIdx.x & (G - 1);
+    const unsigned mask = group_mask<G>();
+    const i64 groups = ((i64)gridDim.x * blockDim.x) / G;
+    for (i64 c = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / G; c < nc; c += groups) {
         int k = 0;
-        for (i64 j = off[c] + lane; j < off[c + 1]; j += 32) k += hkey[j] >= 0;
-        k = warp_sum(k);
+        for (i64 j = off[c] + lane; j < off[c + 1]; j += G) k += hkey[j] >= 0;
+        for (int d = G / 2; d > 0; d >>= 1) k += __shfl_down_sync(mask, k, d, G);
         if (lane == 0) cnt[c] = k;
     }
 }
 
 // Rows whose region has at most `small` slots: every occupied slot's place in its row
 // is the number of occupied slots of the region with a smaller neighbour id (the keys
-// of a region are distinct), counted by the warp 32 slots at a time through shuffles.
-// The row comes out sorted, as a sort would leave it, at (size/32)^2 * 32 steps per
+// of a region are distinct), counted by the group G slots at a time through shuffles.
+// The row comes out sorted, as a sort would leave it, at (size/G)^2 * G steps per
 // lane: the larger regions are left to the caller (a sort of their slots).
-template <typename W>
+template <int G, typename W>
 __device__ __forceinline__ void contract_emit_body(
     i64 nc, i64 small, const i64* __restrict__ off, const int* __restrict__ hkey,
     const W* __restrict__ hwgt, const i64* __restrict__ cxadj, int* __restrict__ cadjncy,
     W* __restrict__ cadjwgt) {
-    const int lane = threadIdx.x & 31;
-    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
-    for (i64 c = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; c < nc; c += warps) {
+    const int lane = threadIdx.x & (G - 1);
+    const unsigned mask = group_mask<G>();
+    const i64 groups = ((i64)gridDim.x * blockDim.x) / G;
+    for (i64 c = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / G; c < nc; c += groups) {
         const i64 lo = off[c];
         const i64 size = off[c + 1] - lo;
         if (size > small) continue;
         const i64 out = cxadj[c];
-        for (i64 i0 = 0; i0 < size; i0 += 32) {
+        for (i64 i0 = 0; i0 < size; i0 += G) {
             const int key = i0 + lane < size ? hkey[lo + i0 + lane] : -1;
             int rank = 0;
-            for (i64 j0 = 0; j0 < size; j0 += 32) {
+            for (i64 j0 = 0; j0 < size; j0 += G) {
                 const int other = j0 + lane < size ? hkey[lo + j0 + lane] : -1;
-                for (int t = 0; t < 32; ++t) {
-                    const int o = __shfl_sync(FULL_MASK, other, t);
+                for (int t = 0; t < G; ++t) {
+                    const int o = __shfl_sync(mask, other, t, G);
                     rank += (o >= 0) & (o < key);
                 }
             }
@@ -366,14 +372,24 @@ __device__ __forceinline__ void contract_emit_body(
     }
 }
 
-extern "C" __global__ void contract_emit_i64(i64 nc, i64 small, const i64* off, const int* hkey,
-                                             const i64* hwgt, const i64* cxadj, int* cadjncy,
-                                             i64* cadjwgt) {
-    contract_emit_body<i64>(nc, small, off, hkey, hwgt, cxadj, cadjncy, cadjwgt);
-}
+#define CONTRACT_COMPACTION(G)                                                              \
+    extern "C" __global__ void contract_row_counts_##G(i64 nc, const i64* off,            \
+                                                       const int* hkey, i64* cnt) {        \
+        contract_row_counts_body<G>(nc, off, hkey, cnt);                                   \
+    }                                                                                       \
+    extern "C" __global__ void contract_emit_i64_##G(i64 nc, i64 small, const i64* off,   \
+                                                     const int* hkey, const i64* hwgt,     \
+                                                     const i64* cxadj, int* cadjncy,       \
+                                                     i64* cadjwgt) {                        \
+        contract_emit_body<G, i64>(nc, small, off, hkey, hwgt, cxadj, cadjncy, cadjwgt);   \
+    }                                                                                       \
+    extern "C" __global__ void contract_emit_f64_##G(i64 nc, i64 small, const i64* off,   \
+                                                     const int* hkey, const double* hwgt,  \
+                                                     const i64* cxadj, int* cadjncy,       \
+                                                     double* cadjwgt) {                     \
+        contract_emit_body<G, double>(nc, small, off, hkey, hwgt, cxadj, cadjncy, cadjwgt);\
+    }
 
-extern "C" __global__ void contract_emit_f64(i64 nc, i64 small, const i64* off, const int* hkey,
-                                             const double* hwgt, const i64* cxadj, int* cadjncy,
-                                             double* cadjwgt) {
-    contract_emit_body<double>(nc, small, off, hkey, hwgt, cxadj, cadjncy, cadjwgt);
-}
+CONTRACT_COMPACTION(8)
+CONTRACT_COMPACTION(16)
+CONTRACT_COMPACTION(32)

@@ -217,6 +217,19 @@ def test_contract_large_regions_sorted_instead(graph, small, monkeypatch):
     assert_contraction(got, want, graph.adjwgt.dtype.kind == "f")
 
 
+@pytest.mark.parametrize("lanes", [8, 16, 32])
+def test_contract_every_row_group(graph, lanes, monkeypatch):
+    """The compaction kernels with 8, 16 and 32 lanes per coarse row (the host picks
+    one by the average region size) give the same contraction."""
+    from procmap.kernels import coarsen_gpu as cg
+    monkeypatch.setattr(cg, "_row_lanes", lambda m2, nc, per_lane: lanes)
+    match = cc.two_hop_matching(*host(graph), None, 0)
+    cmap, nc = cc.coarse_ids(match)
+    want = cc.contract(*host(graph), cmap, nc)
+    got = cg.contract(*dev(graph), cp.asarray(cmap), nc)
+    assert_contraction(got, want, graph.adjwgt.dtype.kind == "f")
+
+
 def test_contract_hub_region():
     """A hub of degree 6000 (region over SMALL_REGION) among small regions: both
     compaction paths in one call."""
