@@ -35,3 +35,66 @@ def mix64(x):
     x *= np.uint64(0x94D049BB133111EB)
     x ^= x >> np.uint64(31)
     return x
+
+
+# ----------------------------------------------------------------- block connectivity
+# The per-vertex connectivity of the LP-style proposals (jet_cpu, isr_cpu):
+# acc[t, g] is the weight from u into level-t group g (grp[t, b] = b // P_t); cut mode
+# keeps level 0 only. The adjacent blocks are listed in `touched` (first-seen order),
+# `seen` stamps them per vertex, and the entries are cleared after use, so the scratch
+# is reused vertex after vertex without a full reset.
+
+@nb.njit(inline="always", cache=True)
+def on_boundary(xadj, adjncy, part, u, a):
+    """Whether a neighbour of ``u`` lies outside ``u``'s block ``a``: interior vertices
+    have nowhere to go (most vertices of a good partition), so callers skip them
+    before any scatter work."""
+    for e in range(xadj[u], xadj[u + 1]):
+        if part[adjncy[e]] != a:
+            return True
+    return False
+
+
+@nb.njit(inline="always", cache=True)
+def scatter_connectivity(xadj, adjncy, adjwgt, part, grp, cut_mode, u, acc, seen, touched):
+    """Sum ``u``'s edge weights (as float64, in CSR order) into ``acc`` by level group;
+    returns the number of adjacent blocks listed in ``touched`` (``u``'s own included
+    when it has a neighbour there)."""
+    nt = 0
+    for e in range(xadj[u], xadj[u + 1]):
+        b = part[adjncy[e]]
+        w = float(adjwgt[e])
+        if seen[b] != u:
+            seen[b] = u
+            touched[nt] = b
+            nt += 1
+        if cut_mode:
+            acc[0, b] += w
+        else:
+            for t in range(grp.shape[0]):
+                acc[t, grp[t, b]] += w
+    return nt
+
+
+@nb.njit(inline="always", cache=True)
+def connectivity_gain(acc, grp, delta, cut_mode, a, b, own):
+    """Gain of moving from block ``a`` to ``b``: ``conn(b) - conn(a)`` (``own``) in cut
+    mode, else paper equation 1, ``sum_t delta[t] * (W_t(b) - W_t(a))``."""
+    if cut_mode:
+        return acc[0, b] - own
+    g = 0.0
+    for t in range(grp.shape[0]):
+        g += delta[t] * (acc[t, grp[t, b]] - acc[t, grp[t, a]])
+    return g
+
+
+@nb.njit(inline="always", cache=True)
+def clear_connectivity(acc, grp, cut_mode, touched, nt):
+    """Zero the entries of ``acc`` that the listed blocks used."""
+    for j in range(nt):
+        b = touched[j]
+        if cut_mode:
+            acc[0, b] = 0.0
+        else:
+            for t in range(grp.shape[0]):
+                acc[t, grp[t, b]] = 0.0

@@ -49,6 +49,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .common_cpu import clear_connectivity, connectivity_gain, on_boundary, scatter_connectivity
 from .common_cpu import mix64 as _mix64
 from .jet_cpu import (_apply, _as_float, _cost_of, _judge, _level_tables, _num_chunks,
                       _prepare, _seed_key, _strong_moves, _traffic, _weak_moves, block_weights, cost)
@@ -100,26 +101,10 @@ def _isr_propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, k, grp, delta, cut_
             dest[u] = -1
             gain[u] = 0.0
             a = part[u]
-            boundary = False
-            for e in range(xadj[u], xadj[u + 1]):
-                if part[adjncy[e]] != a:
-                    boundary = True
-                    break
-            if not boundary:
+            if not on_boundary(xadj, adjncy, part, u, a):
                 continue  # interior: every gain is negative
-            nt = 0
-            for e in range(xadj[u], xadj[u + 1]):
-                b = part[adjncy[e]]
-                w = adjwgt[e]
-                if seen[b] != u:
-                    seen[b] = u
-                    touched[nt] = b
-                    nt += 1
-                if cut_mode:
-                    acc[0, b] += w
-                else:
-                    for t in range(nlev):
-                        acc[t, grp[t, b]] += w
+            nt = scatter_connectivity(xadj, adjncy, adjwgt, part, grp, cut_mode, u, acc, seen,
+                                      touched)
             own = acc[0, a]
             room = lmax - vwgt[u]
             best_b = -1
@@ -128,25 +113,14 @@ def _isr_propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, k, grp, delta, cut_
                 b = touched[i]
                 if b == a or bw[b] > room:
                     continue
-                if cut_mode:
-                    g = acc[0, b] - own
-                else:
-                    g = 0.0
-                    for t in range(nlev):
-                        g += delta[t] * (acc[t, grp[t, b]] - acc[t, grp[t, a]])
+                g = connectivity_gain(acc, grp, delta, cut_mode, a, b, own)
                 if g > 0.0 and (best_b < 0 or g > best_g or (g == best_g and b < best_b)):
                     best_b = b
                     best_g = g
             if best_b >= 0:
                 dest[u] = best_b
                 gain[u] = best_g
-            for i in range(nt):
-                b = touched[i]
-                if cut_mode:
-                    acc[0, b] = 0.0
-                else:
-                    for t in range(nlev):
-                        acc[t, grp[t, b]] = 0.0
+            clear_connectivity(acc, grp, cut_mode, touched, nt)
 
 
 @nb.njit(inline="always", cache=True)

@@ -65,6 +65,7 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
+from .common_cpu import clear_connectivity, connectivity_gain, on_boundary, scatter_connectivity
 from .common_cpu import mix64 as _mix64
 from .objective_cpu import level_traffic, pe_loads
 
@@ -235,7 +236,6 @@ def _propose_range(xadj, adjncy, adjwgt, part, grp, delta, cut_mode, filter_rati
                    active, lo, hi, acc, seen, touched, dest, gain):
     """:func:`_lp_propose` for ``active[lo:hi]`` with the caller's scratch: ``acc``
     all zero (left so), ``seen`` not yet stamped with any of these vertices."""
-    nlev = grp.shape[0]
     for i in range(lo, hi):
         u = active[i]
         dest[u] = -1
@@ -243,28 +243,10 @@ def _propose_range(xadj, adjncy, adjwgt, part, grp, delta, cut_mode, filter_rati
         if locked[u]:
             continue
         a = part[u]
-        # interior vertices (all neighbours at home) have nowhere to go: most
-        # vertices of a good partition, so skip them before any scatter work
-        boundary = False
-        for e in range(xadj[u], xadj[u + 1]):
-            if part[adjncy[e]] != a:
-                boundary = True
-                break
-        if not boundary:
+        if not on_boundary(xadj, adjncy, part, u, a):
             continue
-        nt = 0
-        for e in range(xadj[u], xadj[u + 1]):
-            b = part[adjncy[e]]
-            w = float(adjwgt[e])
-            if seen[b] != u:
-                seen[b] = u
-                touched[nt] = b
-                nt += 1
-            if cut_mode:
-                acc[0, b] += w
-            else:
-                for t in range(nlev):
-                    acc[t, grp[t, b]] += w
+        nt = scatter_connectivity(xadj, adjncy, adjwgt, part, grp, cut_mode, u, acc, seen,
+                                  touched)
         own = acc[0, a]
         best_b = -1
         best_g = 0.0
@@ -272,12 +254,7 @@ def _propose_range(xadj, adjncy, adjwgt, part, grp, delta, cut_mode, filter_rati
             b = touched[j]
             if b == a:
                 continue
-            if cut_mode:
-                g = acc[0, b] - own
-            else:
-                g = 0.0
-                for t in range(nlev):
-                    g += delta[t] * (acc[t, grp[t, b]] - acc[t, grp[t, a]])
+            g = connectivity_gain(acc, grp, delta, cut_mode, a, b, own)
             if best_b < 0 or g > best_g or (g == best_g and b < best_b):
                 best_b = b
                 best_g = g
@@ -288,14 +265,7 @@ def _propose_range(xadj, adjncy, adjwgt, part, grp, delta, cut_mode, filter_rati
             if ok:
                 dest[u] = best_b
                 gain[u] = best_g
-        # clear the scratch entries this vertex used
-        for j in range(nt):
-            b = touched[j]
-            if cut_mode:
-                acc[0, b] = 0.0
-            else:
-                for t in range(nlev):
-                    acc[t, grp[t, b]] = 0.0
+        clear_connectivity(acc, grp, cut_mode, touched, nt)
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
