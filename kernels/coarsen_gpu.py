@@ -32,7 +32,7 @@ What differs
   and not reproducible bit for bit between runs). Nothing in coarsening decides on
   these sums exactly; coarse weights only feed ratings of later levels.
 * :func:`contract` orders each coarse row by ranking its hash slots within the
-  region, one warp per row (a sort of their slots for the rare regions over
+  region, 8 to 32 lanes per row (a sort of their slots for the rare regions over
   :data:`SMALL_REGION`; the CPU sorts row by row): the output is canonical either
   way, so only the cost differs. Fine edges are inserted by warps walking the CSR
   of 32 fine vertices each (measured on an H100: 4.7 ms on rgg23 where a thread per
@@ -251,8 +251,8 @@ def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
 
 
 #: Regions (summed fine degrees of a coarse vertex) up to this size are compacted by
-#: one warp each (``contract_emit_*``: 32 shuffles per 32 slots, quadratic in the size);
-#: larger ones by one sort of their occupied slots (:func:`_emit_large_rows`).
+#: one group of lanes each (``contract_emit_*``: work quadratic in the size); larger
+#: ones by one sort of their occupied slots (:func:`_emit_large_rows`).
 SMALL_REGION = 2048
 
 

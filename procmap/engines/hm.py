@@ -61,9 +61,10 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
     device : ``"cpu"`` or ``"gpu"`` (concrete; see :func:`procmap.kernels.backend.resolve_device`).
         The result is a host array either way.
 
-    Splits of host subgraphs below the top one run concurrently (:func:`_split_tasks`);
-    every split's seed depends only on its place in the hierarchy, so the result does
-    not depend on the order in which they finish.
+    The splits below the top one run concurrently (:func:`_split_tasks`; device
+    subgraphs on CUDA streams of their own); every split's seed depends only on its
+    place in the hierarchy, so the result does not depend on the order in which they
+    finish.
     """
     n = xadj.size - 1
     levels = tuple(int(a) for a in levels)

@@ -175,8 +175,9 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
 
 
 #: Device memory one concurrent try may need, per directed edge of the graph it
-#: partitions (its coarse levels, contraction scratch, refinement state; measured on
-#: rgg20 with the tries of hm-ultra's top split: about 20 bytes per edge each).
+#: partitions (its coarse levels, contraction scratch, refinement state). Measured on
+#: rgg20 (H100): peak 89-91 bytes per edge with hm-ultra's 4 concurrent tries against
+#: 46-47 for hm's one, so about 15 per extra try; 40 leaves room for denser graphs.
 TRY_BYTES_PER_EDGE = 40
 
 

@@ -184,13 +184,18 @@ def assert_contraction(got, want, float_weights):
         assert_same(got[2], cadjwgt)
 
 
-def test_contract_matching(graph):
+def assert_matching_contraction(graph):
+    """Contract ``graph`` along its two-hop matching on both backends; compare."""
     from procmap.kernels import coarsen_gpu as cg
     match = cc.two_hop_matching(*host(graph), None, 0)
     cmap, nc = cc.coarse_ids(match)
     want = cc.contract(*host(graph), cmap, nc)
     got = cg.contract(*dev(graph), cp.asarray(cmap), nc)
     assert_contraction(got, want, graph.adjwgt.dtype.kind == "f")
+
+
+def test_contract_matching(graph):
+    assert_matching_contraction(graph)
 
 
 @pytest.mark.parametrize("clusters", [1, 7, 300])
@@ -210,11 +215,7 @@ def test_contract_large_regions_sorted_instead(graph, small, monkeypatch):
     (0) or many regions, the result must not change."""
     from procmap.kernels import coarsen_gpu as cg
     monkeypatch.setattr(cg, "SMALL_REGION", small)
-    match = cc.two_hop_matching(*host(graph), None, 0)
-    cmap, nc = cc.coarse_ids(match)
-    want = cc.contract(*host(graph), cmap, nc)
-    got = cg.contract(*dev(graph), cp.asarray(cmap), nc)
-    assert_contraction(got, want, graph.adjwgt.dtype.kind == "f")
+    assert_matching_contraction(graph)
 
 
 @pytest.mark.parametrize("lanes", [8, 16, 32])
@@ -223,11 +224,7 @@ def test_contract_every_row_group(graph, lanes, monkeypatch):
     one by the average region size) give the same contraction."""
     from procmap.kernels import coarsen_gpu as cg
     monkeypatch.setattr(cg, "_row_lanes", lambda m2, nc, per_lane: lanes)
-    match = cc.two_hop_matching(*host(graph), None, 0)
-    cmap, nc = cc.coarse_ids(match)
-    want = cc.contract(*host(graph), cmap, nc)
-    got = cg.contract(*dev(graph), cp.asarray(cmap), nc)
-    assert_contraction(got, want, graph.adjwgt.dtype.kind == "f")
+    assert_matching_contraction(graph)
 
 
 def test_contract_hub_region():
