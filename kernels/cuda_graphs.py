@@ -155,11 +155,11 @@ class DeviceLoop:
     ``body(handle, status_ptr)`` enqueues one iteration; see the module docstring.
     Construct inside ``with loop_stream():`` after all arrays the body touches exist.
 
-    The first iteration of every :meth:`run` is launched directly and its status read
-    back; only when it asks for more is the graph used (captured then, once). A run
-    of one iteration -- the common case when iterations alternate with work the host
-    must do -- so costs neither a capture nor a graph launch (measured: capturing
-    for such runs made ``im`` slower).
+    Until the graph exists, the first iteration of a :meth:`run` is launched directly
+    and its status read back; only when it asks for more is the graph captured. A
+    loop whose runs are single iterations -- iterations alternating with work the
+    host must do -- so never pays for a capture (measured: capturing for such runs
+    made ``im`` slower). Once captured, every run starts with the graph.
     """
 
     def __init__(self, body: Body, mode: str | None = None, status_words: int = 8):
@@ -213,9 +213,15 @@ class DeviceLoop:
         """
         s = self.stream
         launches = 1
-        go_on = self._direct()
-        if go_on and self.mode != "off" and self._graph is None:
-            self._build()
+        if self._graph is not None:
+            # captured already: the graph runs the first iteration too (one launch
+            # instead of the body's dozen; a while graph's condition starts at 1)
+            go_on = True
+            launches = 0
+        else:
+            go_on = self._direct()
+            if go_on and self.mode != "off":
+                self._build()
         if go_on and self.mode == "while":
             self._graph.launch(s)
             launches += 1

@@ -30,6 +30,10 @@ CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
 BLOCK = 256
 #: Grid cap of grid-stride kernels (enough blocks to fill an H100/H200 several times).
 MAX_BLOCKS = 65535
+#: Grid cap of the histogram kernels (``SHARED_BINS`` in cuda/common.cuh): every block
+#: clears and flushes its shared bins, so fewer, longer-striding blocks do less of that
+#: (about 8 blocks per multiprocessor of an H100).
+HISTOGRAM_BLOCKS = 1024
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,11 +48,12 @@ def kernel(filename: str, name: str) -> cp.RawKernel:
     return module(filename).get_function(name)
 
 
-def launch(fn, items: int, *args) -> None:
-    """Launch ``fn`` over ``items`` work items (grid-stride kernels), if there are any."""
+def launch(fn, items: int, *args, max_blocks: int = MAX_BLOCKS) -> None:
+    """Launch ``fn`` over ``items`` work items (grid-stride kernels), if there are any,
+    on at most ``max_blocks`` blocks of :data:`BLOCK` threads."""
     if items <= 0:
         return
-    blocks = min(MAX_BLOCKS, -(-int(items) // BLOCK))
+    blocks = min(max_blocks, -(-int(items) // BLOCK))
     fn((blocks,), (BLOCK,), args)
 
 

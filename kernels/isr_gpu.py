@@ -60,7 +60,7 @@ import cupy as cp
 import numpy as np
 
 from . import objective_gpu
-from .gpu_common import TableScratch, as_device, i64, kernel, launch
+from .gpu_common import HISTOGRAM_BLOCKS, TableScratch, as_device, i64, kernel, launch
 from .isr_cpu import HARD_CAP, step_key
 from .jet_cpu import _cost_of, _judge
 from .jet_gpu import _Graph, block_weights, cost
@@ -75,7 +75,7 @@ class _State:
     """The current partition on the device, its block weights and traffic per level."""
 
     def __init__(self, g: _Graph, part, k: int):
-        self.part = part
+        self.part, self.k = part, int(k)
         self.bw = block_weights(part, g.vwgt, k)
         self.traffic = objective_gpu.level_traffic_device(g.xadj, g.adjncy, g.adjwgt, part,
                                                           g.prefix)
@@ -97,7 +97,8 @@ class _State:
         self.traffic += self.delta_rows.sum(axis=1)
         self.count.fill(0)
         launch(kernel(_JET, "commit_moves"), g.n,
-               self.part, self.target, g.vwgt, i64(g.n), self.bw, self.count)
+               self.part, self.target, g.vwgt, i64(g.n), i64(self.k), self.bw, self.count,
+               max_blocks=HISTOGRAM_BLOCKS)
 
     def snapshot(self) -> tuple[int, int, np.ndarray]:
         """``(moves of the last apply, max block weight, traffic)``: one small readback."""

@@ -62,7 +62,8 @@ import cupyx
 import numpy as np
 
 from . import cuda_graphs, objective_gpu, rebalance_gpu
-from .gpu_common import TableScratch, as_device, f64, gain_weights, i64, kernel, launch
+from .gpu_common import (HISTOGRAM_BLOCKS, TableScratch, as_device, f64, gain_weights, i64,
+                         kernel, launch)
 from .jet_cpu import (BUCKET_RATIO, MID_BUCKET, NUM_BUCKETS, ULTRA_FILTER_RATIOS, _cost_of,
                       filter_schedule)
 
@@ -214,26 +215,39 @@ class _State:
         self.fctl = cp.zeros(2, dtype=cp.float64)
         # where rebalancing iterations (run from the host) report: pinned, no copy
         self.status = cupyx.empty_pinned(8, dtype=np.int64)
+        # restart's transfers (pinned: asynchronous; each is complete before the next
+        # restart, which follows at least one synchronised loop run)
+        self._maxw_h = cupyx.empty_pinned(1, dtype=np.int64)
+        self._traffic_h = cupyx.empty_pinned(g.nlev + 1, dtype=self.traffic.dtype)
+        self._ctl_h = cupyx.empty_pinned(_CTL_WORDS, dtype=np.int64)
+        self._fctl_h = cupyx.empty_pinned(2, dtype=np.float64)
         self.restart()
 
     def restart(self) -> None:
         """Begin a refinement pass from the current ``part``: it is the best so far, the
         counters restart. Writes into the existing buffers, whose addresses a captured
-        loop graph holds; two host readbacks (max block weight and cost)."""
+        loop graph holds. One synchronisation: the max block weight and the traffic
+        come back together, and the control block goes up from pinned memory (a copy
+        from pageable memory would synchronise the stream too)."""
         g = self.g
         self.best[...] = self.part
         self.bw[...] = block_weights(self.part, g.vwgt, self.k)
         self.traffic[...] = objective_gpu.level_traffic_device(g.xadj, g.adjncy, g.adjwgt,
                                                                self.part, g.prefix)
         self.count.fill(0)
-        maxw = int(self.bw.max())
-        cost0 = _cost_of(self.traffic.get(), g.dist_h)
+        stream = cp.cuda.get_current_stream()
+        self.bw.max(keepdims=True).get(stream=stream, out=self._maxw_h, blocking=False)
+        self.traffic.get(stream=stream, out=self._traffic_h, blocking=False)
+        stream.synchronize()
+        maxw = int(self._maxw_h[0])
+        cost0 = _cost_of(self._traffic_h, g.dist_h)
         # the CPU loop's first branch: LP when balanced, else weak (if allowed), else strong
         mode = MODE_LP if maxw <= self.lmax else MODE_WEAK if self.max_weak > 0 else MODE_STRONG
-        ctl = np.zeros(_CTL_WORDS, dtype=np.int64)
-        ctl[[_C_MAXW, _C_BEST_MAXW, _C_MODE]] = maxw, maxw, mode
-        self.ctl.set(ctl)
-        self.fctl.set(np.array([cost0, cost0], dtype=np.float64))
+        self._ctl_h[:] = 0
+        self._ctl_h[[_C_MAXW, _C_BEST_MAXW, _C_MODE]] = maxw, maxw, mode
+        self._fctl_h[:] = cost0
+        self.ctl.set(self._ctl_h, stream=stream)
+        self.fctl.set(self._fctl_h, stream=stream)
         self.maxw, self.cost0, self.mode = maxw, cost0, mode
 
     def apply(self, kind: int, handle: np.uint64, status_ptr: np.uint64) -> None:
@@ -247,7 +261,8 @@ class _State:
                g.xadj, g.adjncy, g.adjwgt, self.part, g.prefix, self.target,
                i64(g.n), i64(rows), self.rows)
         launch(kernel(_SRC, "commit_moves"), g.n,
-               self.part, self.target, g.vwgt, i64(g.n), self.bw, self.count)
+               self.part, self.target, g.vwgt, i64(g.n), i64(self.k), self.bw, self.count,
+               max_blocks=HISTOGRAM_BLOCKS)
         kernel(_LOOP, "row_partials_" + self.suffix)(
             (_PARTIALS,), (_THREADS,), (self.rows, i64(rows), i64(g.nlev + 1), self.partial))
         kernel(_LOOP, "loop_control_" + self.suffix)(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from .gpu_common import as_device, i64, kernel, launch
+from .gpu_common import HISTOGRAM_BLOCKS, as_device, i64, kernel, launch
 
 _SRC = "objective.cu"
 #: Rows of the deterministic partial sums: enough threads to fill a GPU, few enough
@@ -90,5 +90,6 @@ def pe_loads(pe, vwgt, k: int) -> tuple[cp.ndarray, cp.ndarray]:
     pe, vwgt = as_device(pe, cp.int32), as_device(vwgt, cp.int64)
     loads = cp.zeros(int(k), dtype=cp.int64)
     counts = cp.zeros(int(k), dtype=cp.int64)
-    launch(kernel(_SRC, "pe_loads"), pe.size, pe, vwgt, i64(pe.size), loads, counts)
+    launch(kernel(_SRC, "pe_loads"), pe.size, pe, vwgt, i64(pe.size), i64(k), loads, counts,
+           max_blocks=HISTOGRAM_BLOCKS)
     return loads, counts

@@ -138,7 +138,8 @@ def block_weights(part: cp.ndarray, vwgt: cp.ndarray, k: int) -> cp.ndarray:
     part = gc.as_device(part, cp.int32)
     vwgt = gc.as_device(vwgt, cp.int64)
     bw = cp.zeros(int(k), dtype=cp.int64)
-    gc.launch(gc.kernel(_CU, "add_block_weights"), part.size, part, vwgt, gc.i64(part.size), bw)
+    gc.launch(gc.kernel(_CU, "add_block_weights"), part.size, part, vwgt, gc.i64(part.size),
+              gc.i64(k), bw, max_blocks=gc.HISTOGRAM_BLOCKS)
     return bw
 
 
@@ -403,15 +404,17 @@ class WeakStep:
                   i64(1), prefix, i64(prefix.size), self.valid_cum, self.valid_ids,
                   np.uint64(_seed_key(seed)), self.thr, i64(self.thr.size), i64(n),
                   table.offset, table.keys, table.vals, self.dest, self.bucket, gate)
-        gc.launch(fn("weak_bucket_sums"), n, part, self.dest, self.bucket, vwgt, i64(n), i64(nb),
-                  self.wsum, gate)
+        gc.launch(fn("weak_bucket_sums"), n, part, self.dest, self.bucket, vwgt, i64(n), i64(k),
+                  i64(nb), self.wsum, gate, max_blocks=gc.HISTOGRAM_BLOCKS)
         gc.launch(fn("weak_cutoffs"), k, bw, i64(k), i64(lmax), self.wsum, i64(nb), self.cut,
                   self.cut_base, gate)
         chunks = (i64(n), i64(k), i64(self.span), i64(self.nchunks))
-        gc.launch(fn("weak_chunk_sums"), self.nchunks, part, self.dest, self.bucket, vwgt,
+        # a warp per chunk; a thread block per (overloaded) block for the scan
+        gc.launch(fn("weak_chunk_sums"), 32 * self.nchunks, part, self.dest, self.bucket, vwgt,
                   self.cut, *chunks, self.csum, gate)
-        gc.launch(fn("weak_chunk_scan"), k, i64(k), i64(self.nchunks), self.csum, gate)
-        gc.launch(fn("weak_select"), self.nchunks, part, self.dest, self.bucket, vwgt, bw,
+        fn("weak_chunk_scan")((min(k, gc.MAX_BLOCKS),), (gc.BLOCK,),
+                              (self.cut, i64(k), i64(self.nchunks), self.csum, gate))
+        gc.launch(fn("weak_select"), 32 * self.nchunks, part, self.dest, self.bucket, vwgt, bw,
                   i64(lmax), self.cut, self.cut_base, *chunks, self.csum, target, gate)
 
 

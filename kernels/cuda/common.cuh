@@ -62,6 +62,33 @@ __device__ __forceinline__ double weight_at(const void* __restrict__ w, i64 w_in
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (i64)(count); \
          i += (i64)blockDim.x * gridDim.x)
 
+// Integer histograms with many items on few bins (block weights, bucket sums): adding
+// straight to global memory serialises the atomics on each bin (1M vertices into 6
+// blocks took 0.4 ms on an H100). A thread block sums into shared memory first when
+// the bins fit, then adds its nonzero bins to global memory. All threads of the block
+// must call begin and end (they hold __syncthreads); sums are exact either way.
+#define SHARED_BINS 2048
+
+// Clears the block's shared bins; false (use global memory) when bins > SHARED_BINS.
+__device__ __forceinline__ bool shared_bins_begin(i64* local, i64 bins) {
+    if (bins > SHARED_BINS) return false;
+    for (i64 i = threadIdx.x; i < bins; i += blockDim.x) local[i] = 0;
+    __syncthreads();
+    return true;
+}
+
+__device__ __forceinline__ void bin_add(i64* local, bool shared, i64* global, i64 bin, i64 w) {
+    atomicAdd((u64*)(shared ? &local[bin] : &global[bin]), (u64)w);  // two's complement
+}
+
+__device__ __forceinline__ void shared_bins_end(const i64* local, bool shared, i64* global,
+                                                i64 bins) {
+    if (!shared) return;
+    __syncthreads();
+    for (i64 i = threadIdx.x; i < bins; i += blockDim.x)
+        if (local[i] != 0) atomicAdd((u64*)&global[i], (u64)local[i]);
+}
+
 // Row (source vertex) of CSR entry e: the last u in [0, n) with xadj[u] <= e.
 // Empty rows share their xadj value with the next row, so "last" picks the
 // non-empty row that really holds e.

@@ -197,19 +197,27 @@ extern "C" __global__ void move_delta_f64(const i64* xadj, const int* adjncy, co
 }
 
 // Twin of jet_cpu._commit: move every u with target[u] >= 0, update the block
-// weights (integer atomics: exact) and count the moves in *count; resets target
-// to -1 so the buffer is ready for the next round.
+// weights (integer atomics: exact; per thread block in shared memory first, see
+// SHARED_BINS: a weak step moves thousands of vertices out of one block) and count the
+// moves in *count (one atomic per warp); resets target to -1 so the buffer is ready
+// for the next round.
 extern "C" __global__ void commit_moves(int* __restrict__ part, int* __restrict__ target,
-                                        const i64* __restrict__ vwgt, i64 n, i64* bw, i64* count) {
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 u = (i64)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
+                                        const i64* __restrict__ vwgt, i64 n, i64 k, i64* bw,
+                                        i64* count) {
+    __shared__ i64 local[SHARED_BINS];
+    const bool shared = shared_bins_begin(local, k);
+    i64 moved = 0;
+    GRID_STRIDE(u, n) {
         const int b = target[u];
         if (b < 0) continue;
-        const u64 wu = (u64)vwgt[u];
-        atomicAdd((u64*)&bw[part[u]], (u64)0 - wu);  // two's complement: subtracts
-        atomicAdd((u64*)&bw[b], wu);
+        const i64 wu = vwgt[u];
+        bin_add(local, shared, bw, part[u], -wu);
+        bin_add(local, shared, bw, b, wu);
         part[u] = b;
         target[u] = -1;
-        atomicAdd((u64*)count, 1ULL);
+        ++moved;
     }
+    shared_bins_end(local, shared, bw, k);
+    for (int d = 16; d > 0; d >>= 1) moved += __shfl_down_sync(0xffffffffu, moved, d);
+    if ((threadIdx.x & 31) == 0 && moved) atomicAdd((u64*)count, (u64)moved);
 }

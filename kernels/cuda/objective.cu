@@ -82,13 +82,18 @@ extern "C" __global__ void matrix_cost_f64(const i64* xadj, const int* adjncy,
     matrix_cost_rows<double>(xadj, adjncy, adjwgt, pe, dist, k, n, rows, out);
 }
 
-// Per-PE task weight and task count; integer atomics, so exact and order-free.
+// Per-PE task weight and task count; integer atomics, so exact and order-free. The
+// counts sit after the loads in the shared bins (2k of them).
 extern "C" __global__ void pe_loads(const int* __restrict__ pe, const i64* __restrict__ vwgt,
-                                    i64 n, i64* loads, i64* counts) {
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 u = (i64)blockIdx.x * blockDim.x + threadIdx.x; u < n; u += stride) {
+                                    i64 n, i64 k, i64* loads, i64* counts) {
+    __shared__ i64 local[SHARED_BINS];
+    const bool shared = shared_bins_begin(local, 2 * k);
+    i64* local_counts = shared ? local + k : local;
+    GRID_STRIDE(u, n) {
         const int p = pe[u];
-        atomicAdd((u64*)&loads[p], (u64)vwgt[u]);
-        atomicAdd((u64*)&counts[p], 1ULL);
+        bin_add(local, shared, loads, p, vwgt[u]);
+        bin_add(local_counts, shared, counts, p, 1);
     }
+    shared_bins_end(local, shared, loads, k);
+    shared_bins_end(local_counts, shared, counts, k);
 }

@@ -108,12 +108,12 @@ extern "C" __global__ void rebalance_propose(
 // bw[part[u]] += vwgt[u] (bw zeroed by the caller). Integer atomics: exact and
 // order-independent.
 extern "C" __global__ void add_block_weights(const int* __restrict__ part,
-                                             const i64* __restrict__ vwgt, i64 n,
+                                             const i64* __restrict__ vwgt, i64 n, i64 k,
                                              i64* __restrict__ bw) {
-    for (i64 u = blockIdx.x * (i64)blockDim.x + threadIdx.x; u < n;
-         u += (i64)gridDim.x * blockDim.x) {
-        atomicAdd((u64*)&bw[part[u]], (u64)vwgt[u]);
-    }
+    __shared__ i64 local[SHARED_BINS];
+    const bool shared = shared_bins_begin(local, k);
+    GRID_STRIDE(u, n) bin_add(local, shared, bw, part[u], vwgt[u]);
+    shared_bins_end(local, shared, bw, k);
 }
 
 // rem[target[u]] -= vwgt[u] for the m vertices ids[0..m) (two's complement add).
@@ -182,13 +182,17 @@ extern "C" __global__ void weak_prep(const i64* __restrict__ bw, i64 k, i64 lmax
 extern "C" __global__ void weak_bucket_sums(const int* __restrict__ part,
                                             const int* __restrict__ dest,
                                             const int* __restrict__ bucket,
-                                            const i64* __restrict__ vwgt, i64 n, i64 nbuckets,
-                                            i64* __restrict__ wsum, const i64* __restrict__ gate) {
+                                            const i64* __restrict__ vwgt, i64 n, i64 k,
+                                            i64 nbuckets, i64* __restrict__ wsum,
+                                            const i64* __restrict__ gate) {
     if (gated_off(gate, MODE_WEAK)) return;
+    __shared__ i64 local[SHARED_BINS];
+    const bool shared = shared_bins_begin(local, k * nbuckets);
     GRID_STRIDE(u, n) {
         if (dest[u] == -1) continue;
-        atomicAdd((u64*)&wsum[(i64)part[u] * nbuckets + bucket[u]], (u64)vwgt[u]);
+        bin_add(local, shared, wsum, (i64)part[u] * nbuckets + bucket[u], vwgt[u]);
     }
+    shared_bins_end(local, shared, wsum, k * nbuckets);
 }
 
 // Per block: the cut-off bucket c (-1: not overloaded) and before[c].
@@ -214,7 +218,10 @@ extern "C" __global__ void weak_cutoffs(const i64* __restrict__ bw, i64 k, i64 l
     }
 }
 
-// Vertices [ch * span, (ch + 1) * span) form chunk ch.
+// Vertices [ch * span, (ch + 1) * span) form chunk ch; one warp per chunk walks them 32
+// at a time (coalesced). csum[b * nchunks + ch] holds block b's running sum over the
+// chunks; only overloaded blocks (cut[b] >= 0) have candidates in a cut-off bucket, so
+// only their rows are touched.
 __device__ __forceinline__ bool in_cut_bucket(i64 u, const int* __restrict__ part,
                                               const int* __restrict__ dest,
                                               const int* __restrict__ bucket,
@@ -222,8 +229,12 @@ __device__ __forceinline__ bool in_cut_bucket(i64 u, const int* __restrict__ par
     return dest[u] != -1 && bucket[u] == cut[part[u]];
 }
 
-// One thread per chunk: csum[ch * k + block] = weight of the chunk's candidates in their
-// block's cut-off bucket.
+#define WARP_FULL 0xffffffffu
+#define WARP_LOOP(ch, count)                                                           \
+    for (i64 ch = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; ch < (i64)(count); \
+         ch += ((i64)gridDim.x * blockDim.x) >> 5)
+
+// csum[b * nchunks + ch] = weight of chunk ch's candidates in block b's cut-off bucket.
 extern "C" __global__ void weak_chunk_sums(const int* __restrict__ part,
                                            const int* __restrict__ dest,
                                            const int* __restrict__ bucket,
@@ -232,30 +243,65 @@ extern "C" __global__ void weak_chunk_sums(const int* __restrict__ part,
                                            i64 nchunks, i64* __restrict__ csum,
                                            const i64* __restrict__ gate) {
     if (gated_off(gate, MODE_WEAK)) return;
-    GRID_STRIDE(ch, nchunks) {
+    const int lane = threadIdx.x & 31;
+    WARP_LOOP(ch, nchunks) {
+        for (i64 b = lane; b < k; b += 32)
+            if (cut[b] >= 0) csum[b * nchunks + ch] = 0;
+        __syncwarp();
         const i64 hi = (ch + 1) * span < n ? (ch + 1) * span : n;
-        for (i64 b = 0; b < k; ++b) csum[ch * k + b] = 0;
-        for (i64 u = ch * span; u < hi; ++u)
-            if (in_cut_bucket(u, part, dest, bucket, cut)) csum[ch * k + part[u]] += vwgt[u];
+        for (i64 u = ch * span + lane; u < hi; u += 32)
+            if (in_cut_bucket(u, part, dest, bucket, cut))
+                atomicAdd((u64*)&csum[(i64)part[u] * nchunks + ch], (u64)vwgt[u]);
     }
 }
 
-// One thread per block: exclusive prefix sums of csum over the chunks.
-extern "C" __global__ void weak_chunk_scan(i64 k, i64 nchunks, i64* __restrict__ csum,
+// One thread block per overloaded block b: exclusive prefix sums of its row of csum
+// (over the chunks, in order), blockDim.x entries at a time (warp scans by shuffles,
+// then a scan of the warp totals).
+extern "C" __global__ void weak_chunk_scan(const i64* __restrict__ cut, i64 k, i64 nchunks,
+                                           i64* __restrict__ csum,
                                            const i64* __restrict__ gate) {
     if (gated_off(gate, MODE_WEAK)) return;
-    GRID_STRIDE(b, k) {
-        i64 acc = 0;
-        for (i64 ch = 0; ch < nchunks; ++ch) {
-            const i64 v = csum[ch * k + b];
-            csum[ch * k + b] = acc;
-            acc += v;
+    __shared__ i64 warp_total[32];
+    __shared__ i64 carry;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (i64 b = blockIdx.x; b < k; b += gridDim.x) {
+        if (cut[b] < 0) continue;  // the same for the whole thread block
+        i64* row = csum + b * nchunks;
+        if (threadIdx.x == 0) carry = 0;
+        __syncthreads();
+        for (i64 base = 0; base < nchunks; base += blockDim.x) {
+            const i64 i = base + threadIdx.x;
+            const i64 v = i < nchunks ? row[i] : 0;
+            i64 x = v;  // inclusive scan within the warp
+            for (int d = 1; d < 32; d <<= 1) {
+                const i64 y = __shfl_up_sync(WARP_FULL, x, d);
+                if (lane >= d) x += y;
+            }
+            if (lane == 31) warp_total[w] = x;
+            __syncthreads();
+            if (w == 0) {
+                i64 t = lane < warps ? warp_total[lane] : 0;
+                for (int d = 1; d < 32; d <<= 1) {
+                    const i64 y = __shfl_up_sync(WARP_FULL, t, d);
+                    if (lane >= d) t += y;
+                }
+                if (lane < warps) warp_total[lane] = t;  // inclusive over the warps
+            }
+            __syncthreads();
+            const i64 before = carry + (w ? warp_total[w - 1] : 0) + x - v;
+            if (i < nchunks) row[i] = before;
+            __syncthreads();  // every thread has read carry
+            if (threadIdx.x == blockDim.x - 1) carry = before + v;
+            __syncthreads();
         }
     }
 }
 
-// One thread per chunk, its vertices in id order: the selection test of _select_prefix;
-// selected candidates get target[u] = dest[u] (target is -1 everywhere before).
+// One warp per chunk, its vertices in id order, 32 at a time: the selection test of
+// _select_prefix; selected candidates get target[u] = dest[u] (target is -1 everywhere
+// before). A candidate below its block's cut-off bucket is taken; those in the cut-off
+// bucket are tested one by one in id order against the running sum of the chunk.
 extern "C" __global__ void weak_select(const int* __restrict__ part, const int* __restrict__ dest,
                                        const int* __restrict__ bucket,
                                        const i64* __restrict__ vwgt, const i64* __restrict__ bw,
@@ -264,17 +310,31 @@ extern "C" __global__ void weak_select(const int* __restrict__ part, const int* 
                                        i64 nchunks, i64* __restrict__ csum,
                                        int* __restrict__ target, const i64* __restrict__ gate) {
     if (gated_off(gate, MODE_WEAK)) return;
-    GRID_STRIDE(ch, nchunks) {
+    const int lane = threadIdx.x & 31;
+    WARP_LOOP(ch, nchunks) {
         const i64 hi = (ch + 1) * span < n ? (ch + 1) * span : n;
-        for (i64 u = ch * span; u < hi; ++u) {
-            if (dest[u] == -1) continue;
-            const i64 b = part[u], j = bucket[u], c = cut[b];
-            bool take = j < c;
-            if (j == c) {
-                take = cut_base[b] + csum[ch * k + b] < bw[b] - lmax;
-                csum[ch * k + b] += vwgt[u];
+        for (i64 first = ch * span; first < hi; first += 32) {
+            const i64 u = first + lane;
+            const int d = u < hi ? dest[u] : -1;
+            i64 b = 0, j = 0, c = -1;
+            if (d != -1) {
+                b = part[u];
+                j = bucket[u];
+                c = cut[b];
             }
-            if (take) target[u] = dest[u];
+            bool take = d != -1 && j < c;
+            unsigned ties = __ballot_sync(WARP_FULL, d != -1 && j == c);
+            while (ties) {  // the same loop in every lane
+                const int l = __ffs(ties) - 1;
+                ties &= ties - 1;
+                if (lane == l) {
+                    i64* acc = &csum[b * nchunks + ch];
+                    take = cut_base[b] + *acc < bw[b] - lmax;
+                    *acc += vwgt[u];
+                }
+                __syncwarp();
+            }
+            if (take) target[u] = d;
         }
     }
 }

@@ -132,6 +132,12 @@ def test_device_loop_runs_until_the_device_says_stop(mode):
     # the first iteration runs directly; then the while node needs one launch for the
     # remaining 36 iterations, the other modes one each
     assert launches == (2 if mode == "while" else 37)
+    # once captured, a run starts with the graph: the while node's condition starts at 1
+    with cuda_graphs.loop_stream():
+        counter.fill(0)
+        launches = loop.run()
+    assert int(counter.get()[0]) == 37 and int(loop.status[0]) == 0
+    assert launches == (1 if mode == "while" else 37)
 
 
 def test_a_single_iteration_captures_nothing():
