@@ -31,17 +31,17 @@ What differs
   depend on thread scheduling (relative difference to the CPU ~1e-16 per addition,
   and not reproducible bit for bit between runs). Nothing in coarsening decides on
   these sums exactly; coarse weights only feed ratings of later levels.
-* :func:`contract` orders each coarse row by ranking its hash slots within the
-  region, 8 to 32 lanes per row (a sort of their slots for the rare regions over
-  :data:`SMALL_REGION`; the CPU sorts row by row): the output is canonical either
-  way, so only the cost differs. Fine edges are inserted by warps walking the CSR
-  of 32 fine vertices each (measured on an H100: 4.7 ms on rgg23 where a thread per
-  edge with a binary search on ``xadj`` took 6.7 ms) instead of the CPU's
-  per-coarse-vertex member lists.
+* :func:`contract` builds each coarse row with one group of 8 to 32 lanes from the
+  rows of its members (a member list from a counting pass, in scheduling order),
+  hashing in shared memory when the row's region is small and in the region itself
+  otherwise, and orders the row by ranking its distinct neighbours (a sort of their
+  slots for the rare regions over :data:`SMALL_REGION`; the CPU sorts row by row):
+  the output is canonical either way, so only the cost differs.
 
 Memory in :func:`contract` (``2m`` fine CSR entries, ``mc <= 2m`` coarse ones): the
-hash keys (int32, 2m), weights (8 bytes, 2m), the region sizes and coarse degrees
-(int64, 3 per coarse vertex) and the coarse CSR itself; the fine graph is not copied.
+row scratch (int32 keys and 8-byte weights, 2m each), the member list (int32, n), the
+region and member offsets, coarse degrees and weights (int64, 4 per coarse vertex) and
+the coarse CSR itself; the fine graph is not copied.
 """
 from __future__ import annotations
 
@@ -197,14 +197,16 @@ def coarse_ids(match) -> tuple[cp.ndarray, int]:
 def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
     """Contract the graph along ``cmap`` (fine vertex -> coarse id in ``0..nc-1``).
 
-    Paper Algorithm 3 on the GPU: coarse degree bounds (summed member degrees) and
-    weights by integer atomics, regions by an exclusive scan, every fine edge
-    inserted (atomicCAS on the key, linear probing, atomicAdd of the weight; one warp
-    walks the edges of 32 consecutive fine vertices), self loops dropped. Then each
-    region's occupied slots are written to its coarse row in neighbour order: a group
-    of 8 to 32 lanes per row (by the average region size) counts, for every slot, the
-    smaller keys of its region; regions over :data:`SMALL_REGION` slots are sorted
-    instead. ``cmap`` may come from any clustering.
+    Paper Algorithm 3 on the GPU: coarse degree bounds (summed member degrees), weights
+    and member counts by integer atomics, regions and member lists by exclusive scans.
+    Then one group of 8 to 32 lanes per coarse vertex (by the average region size)
+    hashes the edges of its members, self loops dropped: in a table in shared memory
+    when the region has at most :func:`_shared_limit` slots, whose distinct neighbours
+    go to the start of the region in neighbour order; else in the region itself (a
+    global table; atomicCAS on the key, linear probing, atomicAdd of the weight). The
+    coarse rows are then copied out, or, from a global table, written in neighbour
+    order by ranking its slots (a sort of their slots for the rare regions over
+    :data:`SMALL_REGION`). ``cmap`` may come from any clustering.
 
     Returns ``(cxadj int64, cadjncy int32, cadjwgt adjwgt.dtype, cvwgt int64)`` as
     CuPy arrays: symmetric CSR, rows sorted, no self loops. Equal to the CPU twin
@@ -221,44 +223,57 @@ def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
 
     bound = cp.zeros(nc, dtype=cp.int64)
     cvwgt = cp.zeros(nc, dtype=cp.int64)
-    launch(kernel(_CU, "contract_bounds"), n, i64(n), xadj, vwgt, cmap, bound, cvwgt)
     off = cp.zeros(nc + 1, dtype=cp.int64)
+    moff = cp.zeros(nc + 1, dtype=cp.int64)
+    launch(kernel(_CU, "contract_bounds"), n, i64(n), xadj, vwgt, cmap, bound, cvwgt, moff[1:])
     off[1:] = cp.cumsum(bound)  # bound[c] is now the size of c's region
+    moff[1:] = cp.cumsum(moff[1:])
+    member = cp.empty(n, dtype=cp.int32)
+    launch(kernel(_CU, "contract_members"), n, i64(n), cmap, moff[:-1].copy(), member)
     # the regions tile exactly the fine CSR: off[nc] == 2m
-    hkey = cp.full(m2, -1, dtype=cp.int32)
-    hwgt = cp.zeros(m2, dtype=adjwgt.dtype)
-    _launch_warps(kernel(_CU, f"contract_insert_{sfx}"), -(-n // 32), i64(n), xadj, adjncy,
-                  adjwgt, cmap, off, hkey, hwgt)
-
-    # compaction: coarse degrees, their scan, then every row written in neighbour order
-    lanes = _row_lanes(m2, nc, ROW_SLOTS_PER_LANE["count"])
+    tkey = cp.empty(m2, dtype=cp.int32)
+    twgt = cp.empty(m2, dtype=adjwgt.dtype)
     cnt = cp.empty(nc, dtype=cp.int64)
-    _launch_groups(kernel(_CU, f"contract_row_counts_{lanes}"), nc, lanes, i64(nc), off, hkey,
-                   cnt)
+    lanes = _row_lanes(m2, nc, ROW_SLOTS_PER_LANE["rows"])
+    shared_max = i64(_shared_limit(lanes))
+    _launch_groups(kernel(_CU, f"contract_rows_{sfx}_{lanes}"), nc, lanes, i64(nc), shared_max,
+                   moff, member, xadj, adjncy, adjwgt, cmap, off, tkey, twgt, cnt)
+    del member, moff
     cxadj = cp.zeros(nc + 1, dtype=cp.int64)
     cp.cumsum(cnt, out=cxadj[1:])
     del cnt
-    mc, large = (int(x) for x in cp.stack((cxadj[-1], cp.count_nonzero(bound > SMALL_REGION))).get())
+    # rows over SMALL_REGION slots hashed in their region are sorted (see the emit kernel)
+    sort_above = max(SMALL_REGION, int(shared_max))
+    mc, large = (int(x) for x in cp.stack((cxadj[-1], cp.count_nonzero(bound > sort_above))).get())
     cadjncy = cp.empty(mc, dtype=cp.int32)
     cadjwgt = cp.empty(mc, dtype=adjwgt.dtype)
     lanes = _row_lanes(m2, nc, ROW_SLOTS_PER_LANE["emit"])
-    _launch_groups(kernel(_CU, f"contract_emit_{sfx}_{lanes}"), nc, lanes, i64(nc),
-                   i64(SMALL_REGION), off, hkey, hwgt, cxadj, cadjncy, cadjwgt)
+    _launch_groups(kernel(_CU, f"contract_emit_{sfx}_{lanes}"), nc, lanes, i64(nc), shared_max,
+                   i64(SMALL_REGION), off, tkey, twgt, cxadj, cadjncy, cadjwgt)
     if large:
-        _emit_large_rows(cp.flatnonzero(bound > SMALL_REGION), off, bound, hkey, hwgt, cxadj,
+        _emit_large_rows(cp.flatnonzero(bound > sort_above), off, bound, tkey, twgt, cxadj,
                          nc, cadjncy, cadjwgt)
     return cxadj, cadjncy, cadjwgt.astype(out_dtype, copy=False), cvwgt
 
 
-#: Regions (summed fine degrees of a coarse vertex) up to this size are compacted by
-#: one group of lanes each (``contract_emit_*``: work quadratic in the size); larger
-#: ones by one sort of their occupied slots (:func:`_emit_large_rows`).
+#: Regions (summed fine degrees of a coarse vertex) up to this size that are not built
+#: in shared memory are compacted by one group of lanes each (``contract_emit_*``: work
+#: quadratic in the size); larger ones by one sort of their occupied slots
+#: (:func:`_emit_large_rows`).
 SMALL_REGION = 2048
+#: Shared-memory table slots per lane of the row kernels (``ROW_SLOTS_PER_LANE`` in
+#: cuda/coarsen.cu, which must match): a group of G lanes builds rows of up to 8 G slots
+#: in shared memory.
+SHARED_SLOTS_PER_LANE = 8
+#: Largest region built in shared memory, below the table size (``None``: the table
+#: size); tests lower it to exercise the global tables.
+SHARED_REGION: int | None = None
 
 
-def _launch_warps(fn, items: int, *args) -> None:
-    """Launch a one-warp-per-item kernel (a grid stride over warps) over ``items``."""
-    _launch_groups(fn, items, 32, *args)
+def _shared_limit(lanes: int) -> int:
+    """Regions of at most this many slots are hashed in shared memory (``lanes`` per row)."""
+    room = SHARED_SLOTS_PER_LANE * lanes
+    return room if SHARED_REGION is None else min(room, SHARED_REGION)
 
 
 def _launch_groups(fn, items: int, lanes: int, *args) -> None:
@@ -269,12 +284,9 @@ def _launch_groups(fn, items: int, lanes: int, *args) -> None:
     fn((blocks,), (BLOCK,), args)
 
 
-#: Average region slots per lane that the compaction kernels aim at (see
-#: :func:`_row_lanes`). Measured on an H100 (ms for 8 / 16 / 32 lanes per row, first
-#: level of rgg23 with 29 slots per region, del23 with 11): counting 0.27 / 0.36 / 0.56
-#: and 0.19 / 0.31 / 0.55; ranking 2.85 / 2.66 / 3.33 and 0.78 / 0.78 / 1.97. One warp
-#: per row, the first version, left both latency-bound.
-ROW_SLOTS_PER_LANE = {"count": 4, "emit": 2}
+#: Average region slots per lane that the row kernels aim at (see :func:`_row_lanes`):
+#: "rows" builds the rows (hashing), "emit" writes the coarse CSR.
+ROW_SLOTS_PER_LANE = {"rows": 2, "emit": 2}
 
 
 def _row_lanes(m2: int, nc: int, slots_per_lane: float) -> int:

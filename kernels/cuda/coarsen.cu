@@ -3,8 +3,8 @@
 // Matching kernels mirror the Numba loops one to one (one thread per vertex, anchor
 // or twin run, the same comparisons in the same order), so their output is
 // bit-identical to the CPU twin. The contraction is paper Algorithm 3 with real
-// atomics: every fine edge is inserted by its own thread into the hash region of
-// its coarse source; the Python side then compacts and sorts the rows.
+// atomics: the edges of a coarse vertex's members are hashed by one group of lanes,
+// in shared memory when its region is small, and the rows come out sorted.
 //
 // Weight-typed kernels come in two flavours, *_i64 (int64 edge weights) and *_f64
 // (float64), generated from one template body.
@@ -216,17 +216,27 @@ extern "C" __global__ void pair_twins(i64 runs, const i64* __restrict__ xadj,
 }
 
 // ------------------------------------------------------------------ contraction
-// Algorithm 3 lines 1-3: bound[c] = summed fine degrees of c's members, and the
-// coarse vertex weights. Integer atomics: exact and order-independent.
+// Algorithm 3 lines 1-3: bound[c] = summed fine degrees of c's members, the coarse
+// vertex weights and the member counts. Integer atomics: exact and order-independent.
 extern "C" __global__ void contract_bounds(i64 n, const i64* __restrict__ xadj,
                                            const i64* __restrict__ vwgt,
                                            const int* __restrict__ cmap,
-                                           i64* __restrict__ bound, i64* __restrict__ cvwgt) {
+                                           i64* __restrict__ bound, i64* __restrict__ cvwgt,
+                                           i64* __restrict__ members) {
     GRID_STRIDE(u, n) {
         int c = cmap[u];
         atomicAdd((u64*)&bound[c], (u64)(xadj[u + 1] - xadj[u]));
         atomicAdd((u64*)&cvwgt[c], (u64)vwgt[u]);
+        atomicAdd((u64*)&members[c], 1ULL);
     }
+}
+
+// The members of every coarse vertex c at member[moff[c] .. moff[c+1]) (cursor starts
+// as a copy of moff): their order depends on scheduling, which only the summation
+// order of float weights can see (the rows come out sorted).
+extern "C" __global__ void contract_members(i64 n, const int* __restrict__ cmap,
+                                            i64* __restrict__ cursor, int* __restrict__ member) {
+    GRID_STRIDE(u, n) member[atomicAdd((u64*)&cursor[cmap[u]], 1ULL)] = (int)u;
 }
 
 __device__ __forceinline__ void add_weight(i64* p, i64 w) {
@@ -257,62 +267,25 @@ __device__ __forceinline__ void hash_insert(int* __restrict__ hkey, W* __restric
     }
 }
 
-// Every fine edge inserted (edges inside a coarse vertex are self loops: dropped), one
-// warp per 32 consecutive fine vertices: their edges are contiguous in the CSR, so
-// the warp walks them with coalesced reads, and an edge's source is found among the
-// warp's 33 row offsets in shared memory instead of by a binary search of the whole
-// xadj. Launched with WARP_BLOCK threads per block (gpu_common.BLOCK).
-#define WARP_BLOCK 256
+// The same in a power-of-two table of 2^bits slots in shared memory.
 template <typename W>
-__device__ __forceinline__ void contract_insert_body(
-    i64 n, const i64* __restrict__ xadj, const int* __restrict__ adjncy,
-    const W* __restrict__ adjwgt, const int* __restrict__ cmap, const i64* __restrict__ off,
-    int* __restrict__ hkey, W* __restrict__ hwgt) {
-    __shared__ i64 rows[WARP_BLOCK / 32][33];
-    __shared__ int crow[WARP_BLOCK / 32][32];
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
-    for (i64 base = (((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32; base < n;
-         base += warps * 32) {
-        const int cnt = (int)(n - base < 32 ? n - base : 32);
-        rows[w][lane] = xadj[base + (lane < cnt ? lane : cnt)];
-        if (lane == 0) rows[w][32] = xadj[base + cnt];
-        if (lane < cnt) crow[w][lane] = cmap[base + lane];
-        __syncwarp();
-        for (i64 e = rows[w][0] + lane; e < rows[w][32]; e += 32) {
-            int lo = 0, hi = cnt - 1;  // the last row r with rows[r] <= e
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) >> 1;
-                if (rows[w][mid] <= e) lo = mid;
-                else hi = mid - 1;
-            }
-            const int c = crow[w][lo];
-            const int d = cmap[adjncy[e]];
-            if (d == c) continue;
-            hash_insert(hkey, hwgt, off[c], off[c + 1] - off[c], d, adjwgt[e]);
+__device__ __forceinline__ void shared_insert(int* skey, W* swgt, int bits, int d, W w) {
+    const unsigned mask = (1u << bits) - 1u;
+    unsigned j = ((unsigned)d * 0x9E3779B1u) >> (32 - bits);
+    for (;;) {
+        const int old = atomicCAS(&skey[j], -1, d);
+        if (old == -1 || old == d) {
+            add_weight(&swgt[j], w);
+            return;
         }
-        __syncwarp();
+        j = (j + 1) & mask;
     }
 }
 
-extern "C" __global__ void contract_insert_i64(i64 n, const i64* xadj, const int* adjncy,
-                                                    const i64* adjwgt, const int* cmap,
-                                                    const i64* off, int* hkey, i64* hwgt) {
-    contract_insert_body<i64>(n, xadj, adjncy, adjwgt, cmap, off, hkey, hwgt);
-}
-
-extern "C" __global__ void contract_insert_f64(i64 n, const i64* xadj, const int* adjncy,
-                                                    const double* adjwgt, const int* cmap,
-                                                    const i64* off, int* hkey, double* hwgt) {
-    contract_insert_body<double>(n, xadj, adjncy, adjwgt, cmap, off, hkey, hwgt);
-}
-
-// ---- compaction: the occupied slots of every region, in neighbour order, become the
-// coarse CSR. One group of G lanes (8, 16 or 32: the host picks it from the average
-// region size, coarsen_gpu._row_lanes) per coarse row, a grid stride over groups. Rows are short (a few to a
-// few dozen slots) and the work per row is a handful of dependent loads, so several
-// rows per warp hide more latency than one; a row longer than G is walked G slots at
-// a time. The loops are uniform within a group, as the group's shuffles need.
+// One group of G lanes (8, 16 or 32: the host picks it from the average region size,
+// coarsen_gpu._row_lanes) per coarse row, a grid stride over groups. Rows are short (a
+// few to a few dozen slots), so several rows per warp hide more latency than one. The
+// loops are uniform within a group, as the group's shuffles need.
 #define FULL_MASK 0xffffffffu
 
 template <int G>
@@ -320,30 +293,120 @@ __device__ __forceinline__ unsigned group_mask() {
     return G == 32 ? FULL_MASK : ((1u << G) - 1u) << ((threadIdx.x & 31) & ~(G - 1));
 }
 
-// cnt[c] = occupied slots in region off[c]:off[c+1] (the coarse degree of c).
+// Sum over the group's lanes, in every lane.
 template <int G>
-__device__ __forceinline__ void contract_row_counts_body(i64 nc, const i64* __restrict__ off,
-                                                         const int* __restrict__ hkey,
-                                                         i64* __restrict__ cnt) {
+__device__ __forceinline__ int group_sum(unsigned mask, int x) {
+    for (int d = G / 2; d > 0; d >>= 1) x += __shfl_xor_sync(mask, x, d, G);
+    return x;
+}
+
+// ---- building the coarse rows. The group of coarse vertex c inserts the edges of c's
+// members (their rows in the fine CSR; edges inside c are self loops: dropped), so
+// every neighbour is summed once per row:
+// * a region of at most `shared_max` slots (ROW_SLOTS_PER_LANE * G at most) is hashed
+//   in the group's table in shared memory, then its distinct neighbours are written,
+//   in neighbour order, to the start of the region: (tkey, twgt)[off[c] ..
+//   off[c] + cnt[c]). No global hash table is filled and read back.
+// * a larger region is the hash table itself (cleared, then filled with global
+//   atomics); the emit kernel (or, over SMALL_REGION slots, a sort) orders it.
+// cnt[c] = the number of distinct neighbours, the coarse degree of c.
+#define ROW_SLOTS_PER_LANE 8
+#define ROW_BLOCK 256  // threads per block (gpu_common.BLOCK)
+
+template <int G, typename W>
+__device__ __forceinline__ void contract_rows_body(
+    i64 nc, i64 shared_max, const i64* __restrict__ moff, const int* __restrict__ member,
+    const i64* __restrict__ xadj, const int* __restrict__ adjncy, const W* __restrict__ adjwgt,
+    const int* __restrict__ cmap, const i64* __restrict__ off, int* __restrict__ tkey,
+    W* __restrict__ twgt, i64* __restrict__ cnt) {
+    constexpr int S = ROW_SLOTS_PER_LANE * G;
+    __shared__ int skey_all[ROW_BLOCK * ROW_SLOTS_PER_LANE];
+    __shared__ W swgt_all[ROW_BLOCK * ROW_SLOTS_PER_LANE];
+    int* skey = skey_all + (threadIdx.x / G) * S;
+    W* swgt = swgt_all + (threadIdx.x / G) * S;
     const int lane = threadIdx.x & (G - 1);
     const unsigned mask = group_mask<G>();
+    const int shift = (threadIdx.x & 31) & ~(G - 1);  // the group's first lane in its warp
     const i64 groups = ((i64)gridDim.x * blockDim.x) / G;
     for (i64 c = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / G; c < nc; c += groups) {
-        int k = 0;
-        for (i64 j = off[c] + lane; j < off[c + 1]; j += G) k += hkey[j] >= 0;
-        for (int d = G / 2; d > 0; d >>= 1) k += __shfl_down_sync(mask, k, d, G);
-        if (lane == 0) cnt[c] = k;
+        const i64 lo = off[c];
+        const i64 size = off[c + 1] - lo;
+        if (size <= shared_max) {
+            int bits = 1;  // a table of at least twice the region's slots, at most S
+            while ((1 << bits) < 2 * size && (1 << bits) < S) ++bits;
+            const int slots = 1 << bits;
+            for (int j = lane; j < slots; j += G) {
+                skey[j] = -1;
+                swgt[j] = (W)0;
+            }
+            __syncwarp(mask);
+            for (i64 m = moff[c]; m < moff[c + 1]; ++m) {
+                const int u = member[m];
+                for (i64 e = xadj[u] + lane; e < xadj[u + 1]; e += G) {
+                    const int d = cmap[adjncy[e]];
+                    if (d != (int)c) shared_insert(skey, swgt, bits, d, adjwgt[e]);
+                }
+            }
+            __syncwarp(mask);
+            // compact the occupied slots to the front of the table, in slot order (a
+            // slot moves only to a place already read)
+            int k = 0;
+            for (int j0 = 0; j0 < slots; j0 += G) {
+                const bool mine = j0 + lane < slots;  // tables smaller than G exist
+                const int key = mine ? skey[j0 + lane] : -1;
+                const W w = mine ? swgt[j0 + lane] : (W)0;
+                const unsigned used = (__ballot_sync(mask, key >= 0) >> shift) &
+                                      (G == 32 ? FULL_MASK : (1u << G) - 1u);
+                __syncwarp(mask);
+                if (key >= 0) {
+                    const int at = k + __popc(used & ((1u << lane) - 1u));
+                    skey[at] = key;
+                    swgt[at] = w;
+                }
+                k += __popc(used);
+                __syncwarp(mask);
+            }
+            // every distinct neighbour's place in the row: the number of smaller ones
+            for (int i = lane; i < k; i += G) {
+                const int key = skey[i];
+                int rank = 0;
+                for (int j = 0; j < k; ++j) rank += skey[j] < key;
+                tkey[lo + rank] = key;
+                twgt[lo + rank] = swgt[i];
+            }
+            if (lane == 0) cnt[c] = k;
+            __syncwarp(mask);
+        } else {
+            for (i64 j = lane; j < size; j += G) {
+                tkey[lo + j] = -1;
+                twgt[lo + j] = (W)0;
+            }
+            __syncwarp(mask);
+            for (i64 m = moff[c]; m < moff[c + 1]; ++m) {
+                const int u = member[m];
+                for (i64 e = xadj[u] + lane; e < xadj[u + 1]; e += G) {
+                    const int d = cmap[adjncy[e]];
+                    if (d != (int)c) hash_insert(tkey, twgt, lo, size, d, adjwgt[e]);
+                }
+            }
+            __syncwarp(mask);
+            int k = 0;
+            for (i64 j = lane; j < size; j += G) k += __ldcg(&tkey[lo + j]) >= 0;  // past L1
+            k = group_sum<G>(mask, k);
+            if (lane == 0) cnt[c] = k;
+        }
     }
 }
 
-// Rows whose region has at most `small` slots: every occupied slot's place in its row
-// is the number of occupied slots of the region with a smaller neighbour id (the keys
-// of a region are distinct), counted by the group G slots at a time through shuffles.
-// The row comes out sorted, as a sort would leave it, at (size/G)^2 * G steps per
-// lane: the larger regions are left to the caller (a sort of their slots).
+// ---- the coarse CSR: rows built in shared memory are copied (already in order);
+// rows hashed in their region, up to `small` slots, are written in neighbour order:
+// every occupied slot's place is the number of occupied slots of the region with a
+// smaller neighbour id (the keys of a region are distinct), counted by the group G
+// slots at a time through shuffles, (size/G)^2 * G steps per lane. Larger regions are
+// left to the caller (a sort of their slots).
 template <int G, typename W>
 __device__ __forceinline__ void contract_emit_body(
-    i64 nc, i64 small, const i64* __restrict__ off, const int* __restrict__ hkey,
+    i64 nc, i64 shared_max, i64 small, const i64* __restrict__ off, const int* __restrict__ hkey,
     const W* __restrict__ hwgt, const i64* __restrict__ cxadj, int* __restrict__ cadjncy,
     W* __restrict__ cadjwgt) {
     const int lane = threadIdx.x & (G - 1);
@@ -352,8 +415,16 @@ __device__ __forceinline__ void contract_emit_body(
     for (i64 c = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / G; c < nc; c += groups) {
         const i64 lo = off[c];
         const i64 size = off[c + 1] - lo;
-        if (size > small) continue;
         const i64 out = cxadj[c];
+        if (size <= shared_max) {
+            const i64 k = cxadj[c + 1] - out;
+            for (i64 j = lane; j < k; j += G) {
+                cadjncy[out + j] = hkey[lo + j];
+                cadjwgt[out + j] = hwgt[lo + j];
+            }
+            continue;
+        }
+        if (size > small) continue;
         for (i64 i0 = 0; i0 < size; i0 += G) {
             const int key = i0 + lane < size ? hkey[lo + i0 + lane] : -1;
             int rank = 0;
@@ -372,24 +443,24 @@ __device__ __forceinline__ void contract_emit_body(
     }
 }
 
-#define CONTRACT_COMPACTION(G)                                                              \
-    extern "C" __global__ void contract_row_counts_##G(i64 nc, const i64* off,            \
-                                                       const int* hkey, i64* cnt) {        \
-        contract_row_counts_body<G>(nc, off, hkey, cnt);                                   \
+#define CONTRACT_KERNELS(G, SFX, W)                                                         \
+    extern "C" __global__ void contract_rows_##SFX##_##G(                                   \
+        i64 nc, i64 shared_max, const i64* moff, const int* member, const i64* xadj,        \
+        const int* adjncy, const W* adjwgt, const int* cmap, const i64* off, int* tkey,     \
+        W* twgt, i64* cnt) {                                                                \
+        contract_rows_body<G, W>(nc, shared_max, moff, member, xadj, adjncy, adjwgt, cmap,  \
+                                 off, tkey, twgt, cnt);                                     \
     }                                                                                       \
-    extern "C" __global__ void contract_emit_i64_##G(i64 nc, i64 small, const i64* off,   \
-                                                     const int* hkey, const i64* hwgt,     \
-                                                     const i64* cxadj, int* cadjncy,       \
-                                                     i64* cadjwgt) {                        \
-        contract_emit_body<G, i64>(nc, small, off, hkey, hwgt, cxadj, cadjncy, cadjwgt);   \
-    }                                                                                       \
-    extern "C" __global__ void contract_emit_f64_##G(i64 nc, i64 small, const i64* off,   \
-                                                     const int* hkey, const double* hwgt,  \
-                                                     const i64* cxadj, int* cadjncy,       \
-                                                     double* cadjwgt) {                     \
-        contract_emit_body<G, double>(nc, small, off, hkey, hwgt, cxadj, cadjncy, cadjwgt);\
+    extern "C" __global__ void contract_emit_##SFX##_##G(                                   \
+        i64 nc, i64 shared_max, i64 small, const i64* off, const int* hkey, const W* hwgt,  \
+        const i64* cxadj, int* cadjncy, W* cadjwgt) {                                       \
+        contract_emit_body<G, W>(nc, shared_max, small, off, hkey, hwgt, cxadj, cadjncy,    \
+                                 cadjwgt);                                                  \
     }
 
-CONTRACT_COMPACTION(8)
-CONTRACT_COMPACTION(16)
-CONTRACT_COMPACTION(32)
+CONTRACT_KERNELS(8, i64, i64)
+CONTRACT_KERNELS(16, i64, i64)
+CONTRACT_KERNELS(32, i64, i64)
+CONTRACT_KERNELS(8, f64, double)
+CONTRACT_KERNELS(16, f64, double)
+CONTRACT_KERNELS(32, f64, double)

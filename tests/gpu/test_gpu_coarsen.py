@@ -211,17 +211,27 @@ def test_contract_random_clusters(graph, clusters):
 
 @pytest.mark.parametrize("small", [0, 7, 40])
 def test_contract_large_regions_sorted_instead(graph, small, monkeypatch):
-    """Regions over SMALL_REGION slots take the sorting path: forced here on every
-    (0) or many regions, the result must not change."""
+    """Regions over SMALL_REGION slots hashed in global memory take the sorting path:
+    forced here on every (0) or many regions, the result must not change."""
     from procmap.kernels import coarsen_gpu as cg
     monkeypatch.setattr(cg, "SMALL_REGION", small)
+    monkeypatch.setattr(cg, "SHARED_REGION", 0)
+    assert_matching_contraction(graph)
+
+
+@pytest.mark.parametrize("limit", [0, 12])
+def test_contract_global_tables(graph, limit, monkeypatch):
+    """Regions over the shared-memory limit are hashed in global memory and ranked:
+    forced on every region (0) or on most (12), the result must not change."""
+    from procmap.kernels import coarsen_gpu as cg
+    monkeypatch.setattr(cg, "SHARED_REGION", limit)
     assert_matching_contraction(graph)
 
 
 @pytest.mark.parametrize("lanes", [8, 16, 32])
 def test_contract_every_row_group(graph, lanes, monkeypatch):
-    """The compaction kernels with 8, 16 and 32 lanes per coarse row (the host picks
-    one by the average region size) give the same contraction."""
+    """The row and emit kernels with 8, 16 and 32 lanes per coarse row (the host picks
+    them by the average region size) give the same contraction."""
     from procmap.kernels import coarsen_gpu as cg
     monkeypatch.setattr(cg, "_row_lanes", lambda m2, nc, per_lane: lanes)
     assert_matching_contraction(graph)
