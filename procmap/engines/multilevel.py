@@ -100,6 +100,7 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
         if cmap is None:
             match = be.two_hop_matching(mx, ma, mw, g.vwgt, max_vwgt, seed + len(levels))
             cmap, nc = be.coarse_ids(match)
+        del mx, ma, mw  # a V-cycle's filtered CSR: not alive with contraction's scratch
         if nc > MIN_SHRINK * g.n:
             break
         coarse = be.contract(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cmap, nc)
