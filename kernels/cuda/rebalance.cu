@@ -1,6 +1,7 @@
 // Jet rebalancing (weak and strong): the per-vertex kernels of kernels/rebalance_gpu.py,
 // twins of _rebalance_propose (and the block-weight / room bookkeeping) in jet_cpu.py.
-// The selection and assignment steps are sorts and prefix sums done with CuPy.
+// Outside the captured Jet loop the selection and assignment steps are sorts and prefix
+// sums done with CuPy; the loop's weak step selects with its own kernels (below).
 #include "common.cuh"
 
 // Gain bucket of a rebalancing move, bit-identical to jet_cpu._gain_bucket.
