@@ -112,8 +112,10 @@ class _Graph:
 
 # ------------------------------------------------------------------ objective
 def block_weights(part, vwgt, k: int) -> cp.ndarray:
-    """Total vertex weight per block (CuPy int64, length ``k``)."""
-    return objective_gpu.pe_loads(part, vwgt, int(k))[0]
+    """Total vertex weight per block (CuPy int64, length ``k``): the rebalancers' kernel,
+    which sums weights only (``pe_loads`` also counts tasks, which every restart of the
+    refinement loop would compute for nothing)."""
+    return rebalance_gpu.block_weights(part, vwgt, int(k))
 
 
 def cost(xadj, adjncy, adjwgt, part, prefix, dist) -> float:
