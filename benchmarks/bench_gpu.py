@@ -32,10 +32,11 @@ each must move:
   region and member offsets and degrees and the row kernels' reads of them (112 B).
   The table also gives the rate by the byte model of earlier versions (Algorithm 3 with
   a global hash table: 40 B/entry + 12 B/vertex) to compare with their reports;
-* LP: reads ``xadj`` (8 B/vertex), ``adjncy`` and the neighbour's part (8 B/edge: the
-  boundary test), the weights of boundary vertices (8 B per edge of a boundary vertex),
-  and writes dest/gain (12 B/vertex): 8 B/edge + 8 B/boundary edge + 20 B/vertex (16 B/edge
-  + 20 B/vertex when every vertex is on the boundary).
+* LP: reads ``xadj``, the vertex's part and lock (13 B/vertex), ``adjncy`` and the
+  neighbour's part (8 B/edge: the boundary test), the weights of boundary vertices (8 B
+  per edge of a boundary vertex), and resets dest/move/target (9 B/vertex): 8 B/edge +
+  8 B/boundary edge + 22 B/vertex (16 B/edge + 22 B/vertex when every vertex is on the
+  boundary).
 
 GPU kernels are compiled by a warm-up run on a small graph first. Run on the GPU machine:
 
@@ -158,7 +159,7 @@ def kernel_bandwidth(graph, seed: int) -> dict:
         t_lp = timed(lambda: lp.round(g, part, k, locked, 0.25, move, target))
         boundary = np.zeros(n, dtype=bool)
         boundary[src[host_part[src] != host_part[graph.adjncy]]] = True
-        b_lp = 8 * m2 + 8 * int(degree[boundary].sum()) + 20 * n
+        b_lp = 8 * m2 + 8 * int(degree[boundary].sum()) + 22 * n
         out.update({f"lp_{label}_s": t_lp, f"lp_{label}_GBps": b_lp / t_lp / 1e9,
                     f"lp_{label}_boundary": float(boundary.mean())})
     return out

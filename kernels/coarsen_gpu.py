@@ -199,7 +199,7 @@ def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
 
     Paper Algorithm 3 on the GPU: coarse degree bounds (summed member degrees), weights
     and member counts by integer atomics, regions and member lists by exclusive scans.
-    Then one group of 8 to 32 lanes per coarse vertex (by the average region size)
+    Then one group of 4 to 32 lanes per coarse vertex (by the average region size)
     hashes the edges of its members, self loops dropped: in a table in shared memory
     when the region has at most :func:`_shared_limit` slots, whose distinct neighbours
     go to the start of the region in neighbour order; else in the region itself (a
@@ -290,9 +290,9 @@ ROW_SLOTS_PER_LANE = {"rows": 2, "emit": 2}
 
 
 def _row_lanes(m2: int, nc: int, slots_per_lane: float) -> int:
-    """Lanes per coarse row (8, 16 or 32) for regions of ``m2 / nc`` slots on average."""
+    """Lanes per coarse row (4, 8, 16 or 32) for regions of ``m2 / nc`` slots on average."""
     want = m2 / max(nc, 1) / slots_per_lane
-    return 8 if want <= 8 else 16 if want <= 16 else 32
+    return 4 if want <= 4 else 8 if want <= 8 else 16 if want <= 16 else 32
 
 
 def _emit_large_rows(rows, off, region, hkey, hwgt, cxadj, nc: int, cadjncy, cadjwgt) -> None:

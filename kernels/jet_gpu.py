@@ -149,7 +149,7 @@ class _LP:
             self.ratio.fill(filter_ratio)
         self.count.fill(0)
         launch(kernel(_SRC, "lp_boundary"), g.n, g.xadj, g.adjncy, part, locked, i64(g.n),
-               self.dest, self.gain, move, target, self.listed, self.count, gate)
+               self.dest, move, target, self.listed, self.count, gate)
         # sized for every vertex; the threads past the listed count return at once
         launch(kernel(_SRC, "lp_propose"), g.n,
                g.xadj, g.adjncy, *g.gain_weights, part, g.div, g.delta,

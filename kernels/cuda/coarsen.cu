@@ -282,7 +282,7 @@ __device__ __forceinline__ void shared_insert(int* skey, W* swgt, int bits, int 
     }
 }
 
-// One group of G lanes (8, 16 or 32: the host picks it from the average region size,
+// One group of G lanes (4, 8, 16 or 32: the host picks it from the average region size,
 // coarsen_gpu._row_lanes) per coarse row, a grid stride over groups. Rows are short (a
 // few to a few dozen slots), so several rows per warp hide more latency than one. The
 // loops are uniform within a group, as the group's shuffles need.
@@ -458,9 +458,11 @@ __device__ __forceinline__ void contract_emit_body(
                                  cadjwgt);                                                  \
     }
 
+CONTRACT_KERNELS(4, i64, i64)
 CONTRACT_KERNELS(8, i64, i64)
 CONTRACT_KERNELS(16, i64, i64)
 CONTRACT_KERNELS(32, i64, i64)
+CONTRACT_KERNELS(4, f64, double)
 CONTRACT_KERNELS(8, f64, double)
 CONTRACT_KERNELS(16, f64, double)
 CONTRACT_KERNELS(32, f64, double)

@@ -75,7 +75,7 @@ __device__ __forceinline__ i64 table_extent(const ConnTable& T) {
 }
 
 __device__ __forceinline__ int group_key(i64 t, i64 b, i64 k, const i64* __restrict__ div) {
-    return (int)(t * k + b / div[t]);
+    return (int)(t * k + (unsigned)b / (unsigned)div[t]);  // 32-bit: see level_index
 }
 
 // A neighbour of u (CSR entries [lo, hi)) lies in another block than a = part[u];

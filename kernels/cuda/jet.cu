@@ -10,28 +10,28 @@
 
 // ------------------------------------------------------------------ LP: boundary list
 // An LP round starts here: every vertex's proposal and move are reset (dest = -1,
-// gain = 0, move = 0, target = -1), and the unlocked boundary vertices -- the only ones
+// move = 0, target = -1; gain[u] is read only where dest[u] >= 0, so it is left as it
+// is: 8 bytes per vertex less to write), and the unlocked boundary vertices -- the only ones
 // with somewhere to go -- are appended to list[0 .. *count) (*count zeroed by the
 // caller). The proposal and afterburner kernels then run over the list alone, so a
 // warp's threads all do table work instead of idling beside one boundary vertex
 // (measured on an H100, grid2d_8M with 2% boundary vertices: the round took twice as
-// long over all vertices). The list's order (atomics) does not matter: every listed
-// vertex's result depends only on the round's inputs.
+// long over all vertices). The list's order (warp_append) does not matter: every
+// listed vertex's result depends only on the round's inputs.
 extern "C" __global__ void lp_boundary(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
                                        const int* __restrict__ part,
                                        const unsigned char* __restrict__ locked, i64 n,
-                                       int* __restrict__ dest, double* __restrict__ gain,
+                                       int* __restrict__ dest,
                                        unsigned char* __restrict__ move, int* __restrict__ target,
                                        int* __restrict__ list, unsigned long long* __restrict__ count,
                                        const i64* __restrict__ gate) {
     if (gated_off(gate, MODE_LP)) return;
     GRID_STRIDE(u, n) {
         dest[u] = -1;
-        gain[u] = 0.0;
         move[u] = 0;
         target[u] = -1;
-        if (locked[u] || !on_boundary(xadj[u], xadj[u + 1], adjncy, part, part[u])) continue;
-        list[atomicAdd(count, 1ULL)] = (int)u;
+        const bool listed = !locked[u] && on_boundary(xadj[u], xadj[u + 1], adjncy, part, part[u]);
+        warp_append(listed, (int)u, list, count);
     }
 }
 

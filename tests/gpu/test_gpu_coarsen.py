@@ -228,9 +228,9 @@ def test_contract_global_tables(graph, limit, monkeypatch):
     assert_matching_contraction(graph)
 
 
-@pytest.mark.parametrize("lanes", [8, 16, 32])
+@pytest.mark.parametrize("lanes", [4, 8, 16, 32])
 def test_contract_every_row_group(graph, lanes, monkeypatch):
-    """The row and emit kernels with 8, 16 and 32 lanes per coarse row (the host picks
+    """The row and emit kernels with 4, 8, 16 and 32 lanes per coarse row (the host picks
     them by the average region size) give the same contraction."""
     from procmap.kernels import coarsen_gpu as cg
     monkeypatch.setattr(cg, "_row_lanes", lambda m2, nc, per_lane: lanes)
