@@ -223,13 +223,19 @@ def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
 
     bound = cp.zeros(nc, dtype=cp.int64)
     cvwgt = cp.zeros(nc, dtype=cp.int64)
-    off = cp.zeros(nc + 1, dtype=cp.int64)
-    moff = cp.zeros(nc + 1, dtype=cp.int64)
-    launch(kernel(_CU, "contract_bounds"), n, i64(n), xadj, vwgt, cmap, bound, cvwgt, moff[1:])
-    off[1:] = cp.cumsum(bound)  # bound[c] is now the size of c's region
-    moff[1:] = cp.cumsum(moff[1:])
+    members = cp.zeros(nc, dtype=cp.int64)
+    launch(kernel(_CU, "contract_bounds"), n, i64(n), xadj, vwgt, cmap, bound, cvwgt, members)
+    # scans straight into the offsets (no temporary and copy): bound[c] is the size of
+    # c's region, members[c] its member count
+    off = cp.empty(nc + 1, dtype=cp.int64)
+    off[0] = 0
+    cp.cumsum(bound, out=off[1:])
+    moff = cp.empty(nc + 1, dtype=cp.int64)
+    moff[0] = 0
+    cp.cumsum(members, out=moff[1:])
     member = cp.empty(n, dtype=cp.int32)
-    launch(kernel(_CU, "contract_members"), n, i64(n), cmap, moff[:-1].copy(), member)
+    launch(kernel(_CU, "contract_members"), n, i64(n), cmap, moff, members, member)
+    del members
     # the regions tile exactly the fine CSR: off[nc] == 2m
     tkey = cp.empty(m2, dtype=cp.int32)
     twgt = cp.empty(m2, dtype=adjwgt.dtype)

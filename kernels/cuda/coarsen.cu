@@ -231,12 +231,18 @@ extern "C" __global__ void contract_bounds(i64 n, const i64* __restrict__ xadj,
     }
 }
 
-// The members of every coarse vertex c at member[moff[c] .. moff[c+1]) (cursor starts
-// as a copy of moff): their order depends on scheduling, which only the summation
-// order of float weights can see (the rows come out sorted).
+// The members of every coarse vertex c at member[moff[c] .. moff[c+1]), filled from
+// the back: left[c] starts as c's member count (contract_bounds) and ends at 0, so no
+// copy of moff is needed as a cursor. Their order depends on scheduling, which only
+// the summation order of float weights can see (the rows come out sorted).
 extern "C" __global__ void contract_members(i64 n, const int* __restrict__ cmap,
-                                            i64* __restrict__ cursor, int* __restrict__ member) {
-    GRID_STRIDE(u, n) member[atomicAdd((u64*)&cursor[cmap[u]], 1ULL)] = (int)u;
+                                            const i64* __restrict__ moff, i64* __restrict__ left,
+                                            int* __restrict__ member) {
+    GRID_STRIDE(u, n) {
+        const int c = cmap[u];
+        const i64 slot = (i64)atomicAdd((u64*)&left[c], (u64)0 - 1ULL) - 1;  // two's complement
+        member[moff[c] + slot] = (int)u;
+    }
 }
 
 __device__ __forceinline__ void add_weight(i64* p, i64 w) {
