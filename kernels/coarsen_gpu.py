@@ -242,15 +242,20 @@ def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
     cnt = cp.empty(nc, dtype=cp.int64)
     lanes = _row_lanes(m2, nc, ROW_SLOTS_PER_LANE["rows"])
     shared_max = i64(_shared_limit(lanes))
+    # rows over SMALL_REGION slots hashed in their region are sorted (see the emit kernel);
+    # tail = (coarse entries, such rows), read back in one go
+    sort_above = max(SMALL_REGION, int(shared_max))
+    tail = cp.zeros(2, dtype=cp.int64)
     _launch_groups(kernel(_CU, f"contract_rows_{sfx}_{lanes}"), nc, lanes, i64(nc), shared_max,
-                   moff, member, xadj, adjncy, adjwgt, cmap, off, tkey, twgt, cnt)
+                   moff, member, xadj, adjncy, adjwgt, cmap, off, tkey, twgt, cnt,
+                   i64(sort_above), tail[1:])
     del member, moff
-    cxadj = cp.zeros(nc + 1, dtype=cp.int64)
+    cxadj = cp.empty(nc + 1, dtype=cp.int64)
+    cxadj[0] = 0
     cp.cumsum(cnt, out=cxadj[1:])
     del cnt
-    # rows over SMALL_REGION slots hashed in their region are sorted (see the emit kernel)
-    sort_above = max(SMALL_REGION, int(shared_max))
-    mc, large = (int(x) for x in cp.stack((cxadj[-1], cp.count_nonzero(bound > sort_above))).get())
+    tail[0] = cxadj[-1]
+    mc, large = (int(x) for x in tail.get())
     cadjncy = cp.empty(mc, dtype=cp.int32)
     cadjwgt = cp.empty(mc, dtype=adjwgt.dtype)
     lanes = _row_lanes(m2, nc, ROW_SLOTS_PER_LANE["emit"])

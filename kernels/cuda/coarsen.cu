@@ -315,7 +315,9 @@ __device__ __forceinline__ int group_sum(unsigned mask, int x) {
 //   off[c] + cnt[c]). No global hash table is filled and read back.
 // * a larger region is the hash table itself (cleared, then filled with global
 //   atomics); the emit kernel (or, over SMALL_REGION slots, a sort) orders it.
-// cnt[c] = the number of distinct neighbours, the coarse degree of c.
+// cnt[c] = the number of distinct neighbours, the coarse degree of c; *large counts
+// the regions over `sort_above` slots (the host sorts those), so that it is read back
+// with the coarse edge count instead of being counted by extra passes.
 #define ROW_SLOTS_PER_LANE 8
 #define ROW_BLOCK 256  // threads per block (gpu_common.BLOCK)
 
@@ -324,7 +326,7 @@ __device__ __forceinline__ void contract_rows_body(
     i64 nc, i64 shared_max, const i64* __restrict__ moff, const int* __restrict__ member,
     const i64* __restrict__ xadj, const int* __restrict__ adjncy, const W* __restrict__ adjwgt,
     const int* __restrict__ cmap, const i64* __restrict__ off, int* __restrict__ tkey,
-    W* __restrict__ twgt, i64* __restrict__ cnt) {
+    W* __restrict__ twgt, i64* __restrict__ cnt, i64 sort_above, u64* __restrict__ large) {
     constexpr int S = ROW_SLOTS_PER_LANE * G;
     __shared__ int skey_all[ROW_BLOCK * ROW_SLOTS_PER_LANE];
     __shared__ W swgt_all[ROW_BLOCK * ROW_SLOTS_PER_LANE];
@@ -337,6 +339,7 @@ __device__ __forceinline__ void contract_rows_body(
     for (i64 c = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / G; c < nc; c += groups) {
         const i64 lo = off[c];
         const i64 size = off[c + 1] - lo;
+        if (lane == 0 && size > sort_above) atomicAdd(large, 1ULL);
         if (size <= shared_max) {
             int bits = 1;  // a table of at least twice the region's slots, at most S
             while ((1 << bits) < 2 * size && (1 << bits) < S) ++bits;
@@ -453,9 +456,9 @@ __device__ __forceinline__ void contract_emit_body(
     extern "C" __global__ void contract_rows_##SFX##_##G(                                   \
         i64 nc, i64 shared_max, const i64* moff, const int* member, const i64* xadj,        \
         const int* adjncy, const W* adjwgt, const int* cmap, const i64* off, int* tkey,     \
-        W* twgt, i64* cnt) {                                                                \
+        W* twgt, i64* cnt, i64 sort_above, u64* large) {                                    \
         contract_rows_body<G, W>(nc, shared_max, moff, member, xadj, adjncy, adjwgt, cmap,  \
-                                 off, tkey, twgt, cnt);                                     \
+                                 off, tkey, twgt, cnt, sort_above, large);                  \
     }                                                                                       \
     extern "C" __global__ void contract_emit_##SFX##_##G(                                   \
         i64 nc, i64 shared_max, i64 small, const i64* off, const int* hkey, const W* hwgt,  \
