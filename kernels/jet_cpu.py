@@ -1247,9 +1247,11 @@ def _refine_passes(g, part, k, lmax, ratios, max_iters, phi, max_weak, seed, inc
         return part.copy(), best_cost
     cur, best = part.copy(), part.copy()
     st = _new_state(part.size, k, traffic)
+    nonneg = _nonnegative(g) if len(ratios) > 1 else True  # one O(m) pass, not one per ratio
     for i, ratio in enumerate(ratios):
         if i:
-            _restart(g.xadj, g.adjncy, cur, best, st, _stale_proposals(g, ratios[i - 1], ratio))
+            _restart(g.xadj, g.adjncy, cur, best, st,
+                     _stale_proposals(g, ratios[i - 1], ratio, nonneg))
         best_cost, traffic = _jet_loop(
             g, cur, best, st, k, lmax, float(ratio), int(max_iters), float(phi), int(max_weak),
             _seed_key(seed), bool(incremental), _parallel(), traffic, best_cost)
@@ -1261,17 +1263,25 @@ def _refine_passes(g, part, k, lmax, ratios, max_iters, phi, max_weak, seed, inc
     return best, best_cost
 
 
-def _stale_proposals(g, old_ratio, new_ratio) -> int:
+def _nonnegative(g) -> bool:
+    """Whether every edge weight of ``g`` is >= 0 (see :func:`_stale_proposals`)."""
+    return bool(g.fwgt.size == 0 or g.fwgt.min() >= 0.0)
+
+
+def _stale_proposals(g, old_ratio, new_ratio, nonneg: bool | None = None) -> int:
     """Which LP proposals a change of the filter ratio invalidates (:func:`_restart`).
 
     Only cut mode filters by the ratio: a negative gain is accepted when
     ``-gain < floor(ratio * conn(own))``. With non-negative weights, a lower ratio
     can only reject more, so re-proposing the accepted negative gains suffices
     (Jet's ultra schedule descends); otherwise every vertex is re-proposed.
+    ``nonneg``: :func:`_nonnegative` of ``g`` when the caller knows it already.
     """
     if g.prefix.size > 1 or new_ratio == old_ratio:
         return 0
-    if new_ratio < old_ratio and (g.fwgt.size == 0 or g.fwgt.min() >= 0.0):
+    if nonneg is None:
+        nonneg = _nonnegative(g)
+    if new_ratio < old_ratio and nonneg:
         return 1
     return 2
 
