@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import pathlib
 import threading
 
@@ -36,11 +37,26 @@ MAX_BLOCKS = 65535
 HISTOGRAM_BLOCKS = 1024
 
 
+def module_source(filename: str, cuda_dir: pathlib.Path = CUDA_DIR) -> str:
+    """The source of ``<cuda_dir>/<filename>`` as compiled: a first line with a digest of
+    the folder's headers, then the file.
+
+    CuPy keys its on-disk cache of compiled modules by the source text and options; a
+    header reached through ``-I`` is not part of that text. The digest line puts the
+    headers into the key, so that an edited (or upgraded) header never runs with a
+    module compiled against the old one.
+    """
+    digest = hashlib.sha256()
+    for header in sorted(cuda_dir.glob("*.cuh")):
+        digest.update(header.name.encode() + b"\0" + header.read_bytes() + b"\0")
+    return f"// headers {digest.hexdigest()}\n" + (cuda_dir / filename).read_text()
+
+
 @functools.lru_cache(maxsize=None)
 def module(filename: str) -> cp.RawModule:
-    """The compiled ``kernels/cuda/<filename>`` (compiled once per process, cached on disk by CuPy)."""
-    source = (CUDA_DIR / filename).read_text()
-    return cp.RawModule(code=source, options=("--std=c++17", f"-I{CUDA_DIR}"))
+    """The compiled ``kernels/cuda/<filename>`` (compiled once per process, cached on disk by
+    CuPy under a key that covers the headers too: :func:`module_source`)."""
+    return cp.RawModule(code=module_source(filename), options=("--std=c++17", f"-I{CUDA_DIR}"))
 
 
 def kernel(filename: str, name: str) -> cp.RawKernel:

@@ -1,0 +1,23 @@
+"""Kernel modules: the source CuPy compiles (and keys its disk cache by) covers the headers."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+cp = pytest.importorskip("cupy")
+
+from procmap.kernels import gpu_common  # noqa: E402
+
+
+def test_module_source_changes_with_a_header(tmp_path):
+    (tmp_path / "k.cu").write_text('#include "h.cuh"\nextern "C" __global__ void f() {}\n')
+    (tmp_path / "h.cuh").write_text("#define X 1\n")
+    first = gpu_common.module_source("k.cu", tmp_path)
+    assert first.split("\n", 1)[1] == (tmp_path / "k.cu").read_text()
+    assert gpu_common.module_source("k.cu", tmp_path) == first  # deterministic
+    (tmp_path / "h.cuh").write_text("#define X 2\n")
+    assert gpu_common.module_source("k.cu", tmp_path) != first
+
+
+def test_every_module_compiles_with_the_digest_line():
+    for path in sorted(gpu_common.CUDA_DIR.glob("*.cu")):
+        assert gpu_common.module_source(path.name).startswith("// headers ")
+        gpu_common.module(path.name)
