@@ -27,6 +27,12 @@ __device__ __forceinline__ int level_index(i64 p, i64 q, const i64* __restrict__
     return t;
 }
 
+// Level of the pair (p, q) in traffic arrays: 0 on the same PE, else 1 + the deepest
+// common level.
+__device__ __forceinline__ int pair_level(i64 p, i64 q, const i64* __restrict__ prefix) {
+    return p == q ? 0 : level_index(p, q, prefix) + 1;
+}
+
 // D(p, q) of the hierarchy prefix/dist (0 when p == q).
 __device__ __forceinline__ double distance(i64 p, i64 q, const i64* __restrict__ prefix,
                                            const double* __restrict__ dist) {

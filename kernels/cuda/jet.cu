@@ -144,10 +144,6 @@ extern "C" __global__ void lp_afterburn(const i64* __restrict__ xadj, const int*
 }
 
 // ------------------------------------------------------------------ applying moves
-__device__ __forceinline__ i64 pair_level(i64 p, i64 q, const i64* __restrict__ prefix) {
-    return p == q ? 0 : level_index(p, q, prefix) + 1;
-}
-
 // Twin of jet_cpu._move_delta over all vertices (target[u] >= 0 marks a move): the
 // traffic change per level of executing all moves at once. A pair with one moving
 // end is seen only from that end (factor 2), one with two moving ends from each.

@@ -8,11 +8,6 @@
 // threads write neighbouring words.
 #include "common.cuh"
 
-// Level of the pair (p, q): 0 on the same PE, else 1 + deepest common level.
-__device__ __forceinline__ int pair_level(i64 p, i64 q, const i64* __restrict__ prefix) {
-    return p == q ? 0 : level_index(p, q, prefix) + 1;
-}
-
 template <typename W>
 __device__ void level_traffic_rows(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
                                    const W* __restrict__ adjwgt, const int* __restrict__ pe,
