@@ -330,8 +330,12 @@ __device__ __forceinline__ void contract_rows_body(
     constexpr int S = ROW_SLOTS_PER_LANE * G;
     __shared__ int skey_all[ROW_BLOCK * ROW_SLOTS_PER_LANE];
     __shared__ W swgt_all[ROW_BLOCK * ROW_SLOTS_PER_LANE];
+    __shared__ i64 sfirst_all[ROW_BLOCK];  // per group: its current members' first edge
+    __shared__ int sstart_all[ROW_BLOCK];  // ... and where their edges start in the batch
     int* skey = skey_all + (threadIdx.x / G) * S;
     W* swgt = swgt_all + (threadIdx.x / G) * S;
+    i64* sfirst = sfirst_all + (threadIdx.x / G) * G;
+    int* sstart = sstart_all + (threadIdx.x / G) * G;
     const int lane = threadIdx.x & (G - 1);
     const unsigned mask = group_mask<G>();
     const int shift = (threadIdx.x & 31) & ~(G - 1);  // the group's first lane in its warp
@@ -349,14 +353,35 @@ __device__ __forceinline__ void contract_rows_body(
                 swgt[j] = (W)0;
             }
             __syncwarp(mask);
-            for (i64 m = moff[c]; m < moff[c + 1]; ++m) {
-                const int u = member[m];
-                for (i64 e = xadj[u] + lane; e < xadj[u + 1]; e += G) {
+            // the members' edges, G members at a time: lane q fetches member q's edge
+            // range, then the lanes share the batch's edges evenly, so that all of a
+            // batch's loads are independent (not one member's edges after another's)
+            for (i64 mb = moff[c]; mb < moff[c + 1]; mb += G) {
+                i64 first = 0;
+                int deg = 0;
+                if (mb + lane < moff[c + 1]) {
+                    const int u = member[mb + lane];
+                    first = xadj[u];
+                    deg = (int)(xadj[u + 1] - first);
+                }
+                int incl = deg;  // inclusive prefix sum of the degrees over the group
+                for (int s = 1; s < G; s <<= 1) {
+                    const int t = __shfl_up_sync(mask, incl, s, G);
+                    if (lane >= s) incl += t;
+                }
+                const int total = __shfl_sync(mask, incl, G - 1, G);
+                sfirst[lane] = first;
+                sstart[lane] = incl - deg;
+                __syncwarp(mask);
+                for (int j = lane; j < total; j += G) {
+                    int q = 0;  // the member whose edges hold position j
+                    while (q + 1 < G && sstart[q + 1] <= j) ++q;
+                    const i64 e = sfirst[q] + (j - sstart[q]);
                     const int d = cmap[adjncy[e]];
                     if (d != (int)c) shared_insert(skey, swgt, bits, d, adjwgt[e]);
                 }
+                __syncwarp(mask);
             }
-            __syncwarp(mask);
             // compact the occupied slots to the front of the table, in slot order (a
             // slot moves only to a place already read)
             int k = 0;
