@@ -111,6 +111,34 @@ def test_concurrent_splits_equal_serial_splits(engine):
     assert np.array_equal(serial.pes, concurrent.pes)
     assert concurrent.evaluation.valid
 
+def test_gpu_tries_stay_under_the_peak_memory_target(monkeypatch):
+    """On the GPU, concurrent tries are capped by the peak-memory target (bytes per
+    directed edge) and by the free device memory; the host path is unaffected."""
+    from procmap.engines import multilevel as ml
+    from procmap.kernels import backend
+
+    monkeypatch.setattr(ml, "threading_layer", lambda: "omp")
+    monkeypatch.setattr(backend, "gpu_free_bytes", lambda: 1 << 40)
+
+    def workers(n, degree):
+        edges = n * degree
+        graph_bytes = 12 * edges + 16 * n  # int32 adjncy, int64 adjwgt / xadj / vwgt
+        return ml._try_workers(4, True, n, edges, graph_bytes)
+
+    assert workers(1 << 20, 4) == 1    # 2D grid: a second try would pass 100 B/edge
+    assert workers(1 << 20, 6) == 2    # Delaunay
+    assert workers(1 << 20, 13) == 4   # random geometric
+    for n, degree in ((1 << 20, 4), (1 << 20, 6), (1 << 20, 13)):
+        edges = n * degree
+        w = workers(n, degree)
+        peak = 12 * edges + 16 * n + w * (ml.TRY_BYTES_PER_VERTEX * n
+                                          + ml.TRY_BYTES_PER_EDGE * edges)
+        assert peak <= ml.PEAK_BYTES_PER_EDGE * edges
+    monkeypatch.setattr(backend, "gpu_free_bytes", lambda: 1 << 20)
+    assert workers(1 << 20, 13) == 1   # the device holds one try only
+    assert ml._try_workers(4, False, 1 << 20, 13 << 20, 0) in (1, 4)  # host: threads decide
+
+
 def test_weighted_tasks_respect_lmax():
     g = random_graph(300, 6, 8)
     vwgt = np.random.default_rng(9).integers(1, 10, g.n)

@@ -165,7 +165,8 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
 
     best, best_key = None, None
     tries = max(1, tries)
-    workers = _try_workers(tries, be.name == "gpu", adjncy.size)
+    graph_bytes = sum(int(a.nbytes) for a in (xadj, adjncy, adjwgt, vwgt) if a is not None)
+    workers = _try_workers(tries, be.name == "gpu", n, adjncy.size, graph_bytes)
     for part, value in _each_try(attempt, tries, be.name == "gpu", workers):
         key = (int(be.block_weights(part, vwgt, k).max()) > lmax, value)
         if best_key is None or key < best_key:  # ties: the earlier try
@@ -175,23 +176,34 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     return best.astype(np.int32, copy=False)
 
 
-#: Device memory one concurrent try may need, per directed edge of the graph it
-#: partitions (its coarse levels, contraction scratch, refinement state). Measured on
-#: rgg20 (H100): peak 89-91 bytes per edge with hm-ultra's 4 concurrent tries against
-#: 46-47 for hm's one, so about 15 per extra try; 40 leaves room for denser graphs.
-TRY_BYTES_PER_EDGE = 40
+#: procmap's target for peak GPU memory, in bytes per directed edge of the graph a split
+#: partitions (the GPU issue's 100): concurrent tries are capped to stay under it.
+PEAK_BYTES_PER_EDGE = 100
+#: Device memory one try needs (its coarse levels, contraction scratch, refinement
+#: state), per vertex and per directed edge of the graph it partitions. Measured on an
+#: H100 from hm-ultra's top split run with 1, 2 and 4 concurrent tries on grid2d, del
+#: and rgg at 1M and 8M vertices: 114-242 bytes per vertex per try, more on denser
+#: graphs; this model (180 + 6 * degree) covers all of them within about 20%.
+TRY_BYTES_PER_VERTEX = 180
+TRY_BYTES_PER_EDGE = 6
 
 
-def _try_workers(tries: int, gpu: bool, edges: int) -> int:
+def _try_workers(tries: int, gpu: bool, n: int, edges: int, graph_bytes: int) -> int:
     """How many tries run at once (see :func:`_each_try`): 1 (serial) with one try,
-    under Numba's workqueue layer, or on the host with one Numba thread; on the GPU
-    no more than the free device memory holds (:data:`TRY_BYTES_PER_EDGE`)."""
+    under Numba's workqueue layer, or on the host with one Numba thread. On the GPU,
+    no more than the free device memory holds, and no more than keep the split's peak
+    memory (its graph, ``graph_bytes``, plus the running tries) under
+    :data:`PEAK_BYTES_PER_EDGE`: on sparse graphs such as 2D grids one try is all the
+    target allows (measured: 4 concurrent tries peak at 172-176 bytes per edge there,
+    one at 65). The result does not depend on the number of workers, only the time."""
     if tries == 1 or threading_layer() == "workqueue":
         return 1
     if not gpu:
         return tries if nb.get_num_threads() > 1 else 1
-    room = backend.gpu_free_bytes() // max(1, TRY_BYTES_PER_EDGE * edges)
-    return int(max(1, min(tries, room)))
+    per_try = max(1, TRY_BYTES_PER_VERTEX * n + TRY_BYTES_PER_EDGE * edges)
+    room = backend.gpu_free_bytes() // per_try
+    within_target = (PEAK_BYTES_PER_EDGE * edges - graph_bytes) // per_try
+    return int(max(1, min(tries, room, within_target)))
 
 
 def _each_try(attempt, tries: int, gpu: bool, workers: int):
