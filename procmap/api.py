@@ -9,7 +9,7 @@ import numpy as np
 
 from . import baselines
 from .engines.hm import hierarchical_multisection
-from .engines.im import integrated_mapping
+from .engines.im import integrated_mapping, polish_on_gpu
 from .engines.multilevel import COARSENINGS, REFINEMENTS
 from .engines.splitters import jet_splitter
 from .errors import CapacityError, DeviceError, InputError, TopologyError
@@ -145,6 +145,13 @@ def _map(graph, topology, engine, eps, seed, device, progress, schemes) -> Mappi
                                             progress=_count_progress(progress, "multisection"),
                                             device=device)
             seconds["multisection"] = time.perf_counter() - t0
+            if (used == "hm" and device == "gpu" and graph.n >= backend.GPU_MIN_VERTICES
+                    and k_usable == topology.k):
+                # hm-ultra's 17 Jet passes per level leave nothing for it (grid2d_1M: 0.0%)
+                t0 = time.perf_counter()
+                pes = polish_on_gpu(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt, pes,
+                                    levels, topology.distances, lmax, seed, refinement)
+                seconds["refinement"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     ev = evaluate(graph, topology, pes, eps=eps)
     seconds["evaluation"] = time.perf_counter() - t0

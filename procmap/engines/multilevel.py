@@ -20,7 +20,8 @@ Devices: every kernel runs on the backend of the arrays it is given
 (:mod:`procmap.kernels.backend`). A graph on the GPU is coarsened there until a level
 has fewer than ``backend.GPU_MIN_VERTICES`` vertices; that level and the coarser
 ones move to the host, so their refinement (FM included) runs on the CPU, and the
-partition moves back to the GPU when it is projected onto the first GPU level.
+partition moves back to the GPU when it is projected onto the first GPU level. The GPU
+levels have no FM; Jet makes up for part of it there (:data:`GPU_POLISH_ITERS`).
 """
 from __future__ import annotations
 
@@ -50,6 +51,15 @@ MIN_SHRINK = 0.95
 COARSENINGS = ("hem", "unionfind")
 #: Refinement schemes: Jet label propagation, or G-kway's independent-set refinement.
 REFINEMENTS = ("jet", "isr")
+#: GPU levels get no FM (it is sequential), so there Jet refines alone: with Jet's own
+#: patience even where the CPU schedule stops Jet early because FM follows, and a split
+#: made on the GPU ends with a polish: Jet until GPU_POLISH_ITERS iterations in a row
+#: bring no improvement at all (phi = 1), not merely none above 0.1%. On meshes Jet
+#: keeps finding many small gains there, which FM collects on the CPU (measurements:
+#: ``im.py``, which polishes its finest GPU level the same way).
+GPU_JET_ITERS = 12
+GPU_POLISH_ITERS = 30
+GPU_POLISH_PHI = 1.0
 
 
 @dataclass
@@ -173,6 +183,10 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
             best, best_key = part, key
     if workers > 1:
         best = be.adopt(best)  # made on a worker's stream (GPU)
+    if be.name == "gpu":
+        refine = be.jet_refine if refinement == "jet" else be.isr_refine
+        best, _ = refine(xadj, adjncy, adjwgt, vwgt, best, k, lmax, prefix, dist, seed=seed,
+                         max_iters=GPU_POLISH_ITERS, phi=GPU_POLISH_PHI)
     return best.astype(np.int32, copy=False)
 
 
@@ -249,15 +263,16 @@ def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist,
         be = backend.of(g.xadj)
         if depth < len(levels) - 1:
             part = be.asarray(part)[g.cmap]  # project the coarser partition onto this level
+        patience = jet_iters if be.name == "cpu" else max(jet_iters, GPU_JET_ITERS)
         if refinement == "jet":
             # one Jet pass per filter ratio (17 with ultra), sharing their setup
             part, value = be.ultra_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
-                                          prefix, dist, seed=seed + depth, max_iters=jet_iters,
+                                          prefix, dist, seed=seed + depth, max_iters=patience,
                                           filter_ratios=filter_schedule(ultra=ultra,
                                                                         finest=depth == 0))
         else:  # independent-set refinement has no filter ratio: one pass
             part, value = be.isr_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
-                                        prefix, dist, seed=seed + depth, max_iters=jet_iters)
+                                        prefix, dist, seed=seed + depth, max_iters=patience)
         if fm and be.name == "cpu":  # FM is sequential: a CPU step
             value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
                                      dist)

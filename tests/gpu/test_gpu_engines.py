@@ -78,3 +78,18 @@ def test_gpu_quality_close_to_cpu(engine, rgg):
     cpu = map_tasks(rgg, h, engine=engine, seed=1, device="cpu")
     assert gpu.evaluation.valid and cpu.evaluation.valid
     assert gpu.J <= 1.05 * cpu.J
+
+
+MESH = grid_graph((1024, 512))
+
+
+@pytest.mark.parametrize("engine, ratio", [("hm", 1.04), ("im", 1.08)])
+def test_gpu_quality_on_a_mesh_close_to_cpu(engine, ratio):
+    """Meshes are where the GPU path lost most against the CPU's FM: before Jet ran longer
+    on the GPU levels (multilevel.GPU_POLISH_ITERS) this mesh measured GPU / CPU J of
+    1.079 (hm) and 1.123 (im) on an H100, after it 0.999 and 1.060."""
+    h = Hierarchy.parse("4:8:2", "1:10:100")
+    gpu = map_tasks(MESH, h, engine=engine, seed=1, device="gpu")
+    cpu = map_tasks(MESH, h, engine=engine, seed=1, device="cpu")
+    assert gpu.evaluation.valid and cpu.evaluation.valid
+    assert gpu.J <= ratio * cpu.J
