@@ -25,7 +25,7 @@ from procmap.kernels.backend import to_host
 from procmap.kernels.fm_cpu import fm_refine
 
 from .hm import hierarchical_multisection
-from .multilevel import GPU_JET_ITERS, GPU_POLISH_ITERS, GPU_POLISH_PHI, coarsen
+from .multilevel import GPU_JET_ITERS, GPU_POLISH_ITERS, GPU_POLISH_PHI, JET_PHI, coarsen
 from .splitters import jet_splitter
 
 #: im coarsens to ``COARSEN_FACTOR * k`` vertices before the initial hm. GPU-HeiPa uses
@@ -40,9 +40,6 @@ INITIAL_VCYCLES = (1, 0)
 #: Jet's patience per level while uncoarsening (Jet: 12). FM follows on every level and
 #: does the rest: 3 measured the same J as 12 on the 2^17 set, in less time.
 JET_ITERS = 3
-#: Jet's relative-improvement threshold (an iteration counts as progress when it brings
-#: J below JET_PHI times the best so far).
-JET_PHI = 0.999
 #: GPU levels get no FM: Jet refines them alone, with Jet's own patience, and polishes
 #: the finest one (multilevel.GPU_POLISH_ITERS: until 30 iterations in a row bring no
 #: improvement at all). Measured on an H100, J of im on the GPU before / after:
