@@ -52,19 +52,23 @@ COARSENINGS = ("hem", "unionfind")
 #: Refinement schemes: Jet label propagation, or G-kway's independent-set refinement.
 REFINEMENTS = ("jet", "isr")
 #: GPU levels get no FM (it is sequential), so there Jet refines alone, and longer: with
-#: Jet's own patience even where the CPU schedule stops Jet early because FM follows;
-#: with phi = 1 (an iteration is progress if it improves J at all, not by 0.1%) in
-#: hm-ultra's passes; and a split made on the GPU ends with a polish, Jet with phi = 1
-#: until GPU_POLISH_ITERS iterations in a row bring nothing. On meshes Jet keeps finding
-#: many small gains there, which FM collects on the CPU. Measured on an H100, J on the
-#: GPU before / after (CPU backend): hm grid2d_1M 1,088,924 / 940,940 (979,356),
-#: grid3d_1M 7,690,582 / 7,408,626 (7,412,210); rgg20 and del20 within 2%; hm-ultra with
-#: phi = 1 against 0.999 in its passes: grid2d_1M 921,074 / 872,910 (868,416), grid2d_8M
-#: 2,510,478 / 2,485,472 (2,519,126), rgg23 7,940,534 / 7,861,628 (7,934,406), at 15%
-#: more time on rgg23 and less on grid2d_8M; im: im.py.
+#: Jet's own patience even where the CPU schedule stops Jet early because FM follows, and
+#: a split made on the GPU ends with a polish, Jet until GPU_POLISH_ITERS iterations in a
+#: row bring no improvement at all (phi = 1), not merely none above 0.1%. On meshes Jet
+#: keeps finding many small gains there, which FM collects on the CPU. Measured on an
+#: H100, J on the GPU before / after (CPU backend): hm grid2d_1M 1,088,924 / 940,940
+#: (979,356), grid3d_1M 7,690,582 / 7,408,626 (7,412,210); rgg20 and del20 within 2%;
+#: im: im.py.
 GPU_JET_ITERS = 12
 GPU_POLISH_ITERS = 30
 GPU_POLISH_PHI = 1.0
+#: hm-ultra's passes on GPU levels run with phi = 1 too (its final polish alone found
+#: little after them: grid2d_1M -0.3%), at a patience of 6. Measured on an H100, J and
+#: time with 0.999 / 12 against 1 / 6 (CPU backend's J): rgg23 7,940,534 12.9 s /
+#: 7,918,814 12.1 s (7,934,406); grid2d_8M 2,510,478 13.1 s / 2,494,068 12.0 s
+#: (2,519,126); grid2d_1M 921,074 6.4 s / 884,220 5.5 s (868,416). A patience of 12 with
+#: phi = 1 gained another 0.3-1.3% in 12-28% more time.
+GPU_ULTRA_ITERS = 6
 #: Jet's stopping threshold elsewhere (Jet, GPU-HeiPa): progress is J below 0.999 x best.
 JET_PHI = 0.999
 
@@ -274,7 +278,7 @@ def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist,
         if be.name == "gpu":  # no FM follows (see GPU_POLISH_ITERS)
             patience = max(jet_iters, GPU_JET_ITERS)
             if ultra:
-                phi = GPU_POLISH_PHI
+                patience, phi = GPU_ULTRA_ITERS, GPU_POLISH_PHI
         if refinement == "jet":
             # one Jet pass per filter ratio (17 with ultra), sharing their setup
             part, value = be.ultra_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
