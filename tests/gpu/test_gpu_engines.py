@@ -45,6 +45,17 @@ def test_gpu_mapping_is_valid_and_deterministic(engine):
     assert np.array_equal(a.pes, b.pes) and a.J == b.J
 
 
+@pytest.mark.parametrize("engine", ["hm", "im"])
+def test_gpu_gkway_schemes_give_valid_deterministic_mappings(engine):
+    """Union-find coarsening and independent-set refinement end to end on the GPU,
+    including the refinement that ends GPU splits (hm) and im's finest level."""
+    kw = dict(engine=engine, seed=3, device="gpu", coarsening="unionfind", refinement="isr")
+    a = map_tasks(GRID, TOP2, **kw)
+    b = map_tasks(GRID, TOP2, **kw)
+    assert a.device == "gpu" and a.evaluation.valid
+    assert np.array_equal(a.pes, b.pes)
+
+
 @pytest.mark.parametrize("engine", ["hm", "hm-ultra"])
 def test_concurrent_device_tries_and_splits_equal_serial(engine, monkeypatch):
     """hm-ultra's top split makes 4 tries, its device subgraphs 2 each: concurrently
