@@ -26,6 +26,33 @@ def distance(p, q, prefix, dist):
     return dist[level_index(p, q, prefix)]
 
 
+def group_table(prefix):
+    """``grp[t, b] = b // P_t`` (``P_0 = 1``, ``P_t = prefix[t - 1]``): the level-t group
+    of block ``b``, for :func:`table_level` / :func:`table_distance`."""
+    div = np.concatenate(([1], prefix[:-1])).astype(np.int64)
+    return (np.arange(int(prefix[-1]), dtype=np.int64)[None, :] // div[:, None]).astype(np.int32)
+
+
+@nb.njit(inline="always", cache=True)
+def table_level(p, q, grp):
+    """:func:`level_index` read from the group table ``grp`` (:func:`group_table`):
+    table lookups instead of integer divisions, which dominate the distance-mode
+    loops of the refiners."""
+    top = grp.shape[0] - 1    # the last level holds every block
+    t = 0
+    while t < top and grp[t + 1, p] != grp[t + 1, q]:
+        t += 1
+    return t
+
+
+@nb.njit(inline="always", cache=True)
+def table_distance(p, q, grp, dist):
+    """:func:`distance` read from the group table ``grp``."""
+    if p == q:
+        return 0.0
+    return dist[table_level(p, q, grp)]
+
+
 @nb.njit(inline="always", cache=True)
 def mix64(x):
     """splitmix64 finaliser: a bijective scramble of a uint64 (deterministic tie noise)."""

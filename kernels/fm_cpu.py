@@ -15,11 +15,11 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .common_cpu import distance as _distance
+from .common_cpu import group_table, table_distance
 
 
 @nb.njit(cache=True, nogil=True)
-def _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, prefix, dist, conn, blocks):
+def _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, conn, blocks):
     """Best destination of ``u`` among its neighbours' blocks with room; ``(b, gain)``."""
     a = part[u]
     nb_ = 0
@@ -31,7 +31,7 @@ def _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, prefix, dist, conn
         conn[c] += adjwgt[e]
     best_b = -1
     best_g = -np.inf
-    cut_mode = prefix.size == 1
+    cut_mode = grp.shape[0] == 1
     for i in range(nb_):
         b = blocks[i]
         if b == a or bw[b] + vwgt[u] > lmax:
@@ -42,7 +42,7 @@ def _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, prefix, dist, conn
             g = 0.0
             for j in range(nb_):
                 c = blocks[j]
-                g += conn[c] * (_distance(a, c, prefix, dist) - _distance(b, c, prefix, dist))
+                g += conn[c] * (table_distance(a, c, grp, dist) - table_distance(b, c, grp, dist))
         if g > best_g or (g == best_g and b < best_b):
             best_g = g
             best_b = b
@@ -51,48 +51,60 @@ def _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, prefix, dist, conn
     return best_b, best_g
 
 
+# The move queue: a max-heap of (gain, vertex) entries, larger gain first and the smaller
+# vertex id on equal gains. The order is total, so the pops (and FM's moves) are the
+# same for any correct heap; this one is 4-ary with each entry's gain and vertex side by
+# side (``heap[i] = (gain, vertex)``), so a level of the sift-down reads one cache line.
+# Entries go stale (FM re-checks a popped vertex) rather than being updated in place.
+@nb.njit(inline="always", cache=True)
+def _pops_first(gain, vertex, other_gain, other_vertex):
+    return gain > other_gain or (gain == other_gain and vertex < other_vertex)
+
+
 @nb.njit(cache=True, nogil=True)
-def _push(hkey, hval, size, key, val):
+def _push(heap, size, gain, vertex):
+    v = float(vertex)  # exact: vertex ids are below 2^53
     i = size
-    hkey[i] = key
-    hval[i] = val
     while i > 0:
-        p = (i - 1) // 2
-        # max-heap on key; smaller vertex id first on ties (determinism)
-        if hkey[p] > hkey[i] or (hkey[p] == hkey[i] and hval[p] < hval[i]):
+        p = (i - 1) >> 2
+        if not _pops_first(gain, v, heap[p, 0], heap[p, 1]):
             break
-        hkey[p], hkey[i] = hkey[i], hkey[p]
-        hval[p], hval[i] = hval[i], hval[p]
+        heap[i, 0] = heap[p, 0]
+        heap[i, 1] = heap[p, 1]
         i = p
+    heap[i, 0] = gain
+    heap[i, 1] = v
     return size + 1
 
 
 @nb.njit(cache=True, nogil=True)
-def _pop(hkey, hval, size):
-    key = hkey[0]
-    val = hval[0]
+def _pop(heap, size):
+    gain = heap[0, 0]
+    vertex = np.int64(heap[0, 1])
     size -= 1
-    hkey[0] = hkey[size]
-    hval[0] = hval[size]
+    last_g = heap[size, 0]
+    last_v = heap[size, 1]
     i = 0
     while True:
-        l = 2 * i + 1
-        r = l + 1
-        m = i
-        if l < size and (hkey[l] > hkey[m] or (hkey[l] == hkey[m] and hval[l] < hval[m])):
-            m = l
-        if r < size and (hkey[r] > hkey[m] or (hkey[r] == hkey[m] and hval[r] < hval[m])):
-            m = r
-        if m == i:
+        first = 4 * i + 1
+        if first >= size:
             break
-        hkey[m], hkey[i] = hkey[i], hkey[m]
-        hval[m], hval[i] = hval[i], hval[m]
+        m = first
+        for j in range(first + 1, min(first + 4, size)):
+            if _pops_first(heap[j, 0], heap[j, 1], heap[m, 0], heap[m, 1]):
+                m = j
+        if not _pops_first(heap[m, 0], heap[m, 1], last_g, last_v):
+            break
+        heap[i, 0] = heap[m, 0]
+        heap[i, 1] = heap[m, 1]
         i = m
-    return key, val, size
+    heap[i, 0] = last_g
+    heap[i, 1] = last_v
+    return gain, vertex, size
 
 
 @nb.njit(cache=True, nogil=True)
-def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, max_stall):
+def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, dist, max_stall):
     n = part.size
     bw = np.zeros(k, dtype=np.int64)
     for u in range(n):
@@ -101,17 +113,16 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, max_stall)
     blocks = np.empty(k, dtype=np.int64)
     locked = np.zeros(n, dtype=np.uint8)
     cap = 4 * xadj[n] + n + 16  # every push is a vertex or a neighbour update
-    hkey = np.empty(cap, dtype=np.float64)
-    hval = np.empty(cap, dtype=np.int64)
+    heap = np.empty((cap, 2), dtype=np.float64)
     size = 0
     for u in range(n):
         a = part[u]
         for e in range(xadj[u], xadj[u + 1]):
             if part[adjncy[e]] != a:
-                b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, prefix, dist,
+                b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist,
                                   conn, blocks)
                 if b >= 0:
-                    size = _push(hkey, hval, size, g, u)
+                    size = _push(heap, size, g, u)
                 break
     moved_v = np.empty(n, dtype=np.int64)
     moved_from = np.empty(n, dtype=np.int64)
@@ -121,15 +132,15 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, max_stall)
     best_len = 0
     stall = 0
     while size > 0 and stall < max_stall:
-        key, u, size = _pop(hkey, hval, size)
+        key, u, size = _pop(heap, size)
         if locked[u]:
             continue
-        b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, prefix, dist, conn, blocks)
+        b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, conn, blocks)
         if b < 0:
             continue
         if g < key:
             if size + 1 < cap:
-                size = _push(hkey, hval, size, g, u)  # stale key: requeue with the true gain
+                size = _push(heap, size, g, u)  # stale key: requeue with the true gain
             continue
         a = part[u]
         part[u] = b
@@ -150,10 +161,10 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, max_stall)
             v = adjncy[e]
             if locked[v] or size + 1 >= cap:
                 continue
-            bv, gv = _best_move(v, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, prefix, dist,
+            bv, gv = _best_move(v, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist,
                                 conn, blocks)
             if bv >= 0:
-                size = _push(hkey, hval, size, gv, v)
+                size = _push(heap, size, gv, v)
     # roll back the moves after the best prefix
     for i in range(nmoves - 1, best_len - 1, -1):
         part[moved_v[i]] = moved_from[i]
@@ -173,11 +184,11 @@ def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist,
     if max_stall is None:
         max_stall = max(50, n // 100)
     w = np.asarray(adjwgt, dtype=np.float64)
-    prefix = np.asarray(prefix, dtype=np.int64)
+    grp = group_table(np.asarray(prefix, dtype=np.int64))
     dist = np.asarray(dist, dtype=np.float64)
     total = 0.0
     for _ in range(max_passes):
-        g = _fm_pass(xadj, adjncy, w, vwgt, part, int(k), int(lmax), prefix, dist, int(max_stall))
+        g = _fm_pass(xadj, adjncy, w, vwgt, part, int(k), int(lmax), grp, dist, int(max_stall))
         total += g
         if g <= max(min_gain, 1e-9):
             break

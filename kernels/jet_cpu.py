@@ -65,7 +65,8 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from .common_cpu import clear_connectivity, connectivity_gain, on_boundary, scatter_connectivity
+from .common_cpu import (clear_connectivity, connectivity_gain, group_table, on_boundary,
+                         scatter_connectivity, table_distance, table_level)
 from .common_cpu import mix64 as _mix64
 from .objective_cpu import level_traffic, pe_loads
 
@@ -131,26 +132,6 @@ def _gain_bucket(gain, w):
     if b > NUM_BUCKETS - 1:
         return NUM_BUCKETS - 1
     return b
-
-
-@nb.njit(inline="always", cache=True)
-def _level_of(p, q, grp):
-    """``common_cpu.level_index(p, q, prefix)`` read from the group table ``grp`` of
-    :func:`_level_tables` (``grp[t + 1, b] = b // prefix[t]``): table lookups
-    instead of integer divisions, which dominate the distance-mode loops."""
-    top = grp.shape[0] - 1    # the last level holds every block
-    t = 0
-    while t < top and grp[t + 1, p] != grp[t + 1, q]:
-        t += 1
-    return t
-
-
-@nb.njit(inline="always", cache=True)
-def _dist_of(p, q, grp, dist):
-    """``D(p, q)`` (``common_cpu.distance``) from the group table."""
-    if p == q:
-        return 0.0
-    return dist[_level_of(p, q, grp)]
 
 
 # ------------------------------------------------------------------ objective
@@ -328,7 +309,7 @@ def _afterburn_ok(u, xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain
             elif cv == a:
                 g2 -= w
         else:
-            g2 += w * (_dist_of(a, cv, grp, dist) - _dist_of(b, cv, grp, dist))
+            g2 += w * (table_distance(a, cv, grp, dist) - table_distance(b, cv, grp, dist))
     return g2 >= 0.0
 
 
@@ -369,18 +350,11 @@ def _as_float(adjwgt):
     return adjwgt if adjwgt.dtype == np.float64 else adjwgt.astype(np.float64)
 
 
-def _group_table(prefix):
-    """``grp[t, b] = b // P_t`` (``P_0 = 1``, ``P_t = prefix[t - 1]``): the level-t
-    group of block ``b``."""
-    div = np.concatenate(([1], prefix[:-1])).astype(np.int64)
-    return (np.arange(int(prefix[-1]), dtype=np.int64)[None, :] // div[:, None]).astype(np.int32)
-
-
 def _level_tables(prefix, dist):
-    """``grp`` (:func:`_group_table`) and ``delta`` of the group-connectivity gain
+    """``grp`` (:func:`.common_cpu.group_table`) and ``delta`` of the group-connectivity gain
     (module docstring)."""
     delta = np.diff(np.concatenate(([0.0], dist))).astype(np.float64)
-    return _group_table(prefix), delta
+    return group_table(prefix), delta
 
 
 def _lp_moves(xadj, adjncy, adjwgt, part, k, prefix, dist, locked, filter_ratio, active=None,
@@ -803,8 +777,8 @@ def _move_delta_range(xadj, adjncy, adjwgt, part, grp, moves, target, lo, hi, ro
                 new_v = target[v]
                 f = 1
             w = adjwgt[e] * f
-            lev_old = 0 if a == old_v else _level_of(a, old_v, grp) + 1
-            lev_new = 0 if b == new_v else _level_of(b, new_v, grp) + 1
+            lev_old = 0 if a == old_v else table_level(a, old_v, grp) + 1
+            lev_new = 0 if b == new_v else table_level(b, new_v, grp) + 1
             if lev_old != lev_new:
                 row[lev_old] -= w
                 row[lev_new] += w
@@ -870,7 +844,7 @@ def _apply(xadj, adjncy, adjwgt, vwgt, part, prefix, k, moves, target, bw, traff
     if moves.size == 0:
         return
     rows = np.empty((_num_chunks(moves.size, k), traffic.size), dtype=traffic.dtype)
-    _apply_moves(xadj, adjncy, adjwgt, vwgt, part, _group_table(np.asarray(prefix)), k, moves,
+    _apply_moves(xadj, adjncy, adjwgt, vwgt, part, group_table(np.asarray(prefix)), k, moves,
                  target, bw, traffic, rows, _parallel())
 
 

@@ -8,7 +8,7 @@ import pytest
 from procmap.graph import CommGraph
 from procmap.generators import grid_graph, random_geometric_graph
 from procmap.kernels import jet_cpu as jet
-from procmap.kernels.common_cpu import level_index, mix64
+from procmap.kernels.common_cpu import group_table, level_index, mix64, table_level
 from procmap.objective import evaluate
 from procmap.topology import Hierarchy
 
@@ -326,11 +326,11 @@ def test_fused_lp_rounds_match_jet_lp(h, float_weights, par):
 
 @pytest.mark.parametrize("prefix", [[4], [2, 4, 8], [3, 6], [4, 32, 192]])
 def test_group_table_levels_match_level_index(prefix):
-    grp = jet._group_table(np.asarray(prefix))
+    grp = group_table(np.asarray(prefix))
     prefix = np.asarray(prefix, dtype=np.int64)
     for p in range(prefix[-1]):
         for q in range(0, prefix[-1], 7 if prefix[-1] > 50 else 1):
-            assert jet._level_of(p, q, grp) == level_index(p, q, prefix) or p == q
+            assert table_level(p, q, grp) == level_index(p, q, prefix) or p == q
 
 
 @pytest.mark.parametrize("float_weights", [False, True])
@@ -348,7 +348,7 @@ def test_apply_sums_chunks_like_numpy(float_weights):
     nchunks = jet._num_chunks(moves.size, k)
     assert nchunks > 2
     out = np.zeros((nchunks, traffic.size), dtype=traffic.dtype)
-    jet._move_delta(g.xadj, g.adjncy, g.adjwgt, part, jet._group_table(prefix), moves, target,
+    jet._move_delta(g.xadj, g.adjncy, g.adjwgt, part, group_table(prefix), moves, target,
                     nchunks, out)
     want = traffic + out.sum(axis=0)
     new, bw = part.copy(), jet.block_weights(part, g.vwgt, k)
