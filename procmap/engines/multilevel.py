@@ -194,7 +194,7 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
             best, best_key = part, key
     if workers > 1:
         best = be.adopt(best)  # made on a worker's stream (GPU)
-    if be.name == "gpu":
+    if be.name == "gpu":  # no FM ran on the GPU levels: polish (see GPU_POLISH_ITERS)
         refine = be.jet_refine if refinement == "jet" else be.isr_refine
         best, _ = refine(xadj, adjncy, adjwgt, vwgt, best, k, lmax, prefix, dist, seed=seed,
                          max_iters=GPU_POLISH_ITERS, phi=GPU_POLISH_PHI)
