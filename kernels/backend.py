@@ -56,6 +56,11 @@ class Backend:
             return np.ascontiguousarray(to_host(a), dtype=dtype)
         return self.xp.ascontiguousarray(self.xp.asarray(a, dtype=dtype))
 
+    def refiner(self, refinement: str) -> Callable:
+        """The J/cut refinement of a scheme name (``"jet"`` or ``"isr"``, see
+        ``multilevel.REFINEMENTS``); both take the arguments of :attr:`jet_refine`."""
+        return self.jet_refine if refinement == "jet" else self.isr_refine
+
     def adopt(self, a):
         """``a``, made by a worker thread (:func:`in_worker`), made safe to keep in
         this thread: on the GPU a copy owned by this thread's stream (see

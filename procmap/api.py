@@ -137,20 +137,25 @@ def _map(graph, topology, engine, eps, seed, device, progress, schemes) -> Mappi
                                      refinement=refinement)
         else:
             t0 = time.perf_counter()
-            pes = hierarchical_multisection(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt,
-                                            levels, share, eps, seed,
+            # hm on the GPU ends with a J-refinement of the whole mapping there (hm-ultra's
+            # 17 Jet passes per level leave nothing for it: grid2d_1M 0.0%); one upload
+            # serves both
+            polish = (used == "hm" and device == "gpu" and graph.n >= backend.GPU_MIN_VERTICES
+                      and k_usable == topology.k)
+            arrays = (graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt)
+            if polish:
+                arrays = backend.gpu().upload_graph(*arrays)
+            pes = hierarchical_multisection(*arrays, levels, share, eps, seed,
                                             jet_splitter(ultra=used == "hm-ultra",
                                                          coarsening=coarsening,
                                                          refinement=refinement),
                                             progress=_count_progress(progress, "multisection"),
                                             device=device)
             seconds["multisection"] = time.perf_counter() - t0
-            if (used == "hm" and device == "gpu" and graph.n >= backend.GPU_MIN_VERTICES
-                    and k_usable == topology.k):
-                # hm-ultra's 17 Jet passes per level leave nothing for it (grid2d_1M: 0.0%)
+            if polish:
                 t0 = time.perf_counter()
-                pes = polish_on_gpu(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt, pes,
-                                    levels, topology.distances, lmax, seed, refinement)
+                pes = polish_on_gpu(*arrays, pes, levels, topology.distances, lmax, seed,
+                                    refinement)
                 seconds["refinement"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     ev = evaluate(graph, topology, pes, eps=eps)

@@ -59,7 +59,8 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
     caps : per-PE hard capacity in vertex weight (rank placement); ``None`` means the
         limits come from ``eps`` alone.
     device : ``"cpu"`` or ``"gpu"`` (concrete; see :func:`procmap.kernels.backend.resolve_device`).
-        The result is a host array either way.
+        The graph may be given on the device already (no second upload). The result is
+        a host array either way.
 
     The splits below the top one run concurrently (:func:`_split_tasks`; device
     subgraphs on CUDA streams of their own); every split's seed depends only on its

@@ -92,7 +92,7 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
         lb = backend.of(g.xadj)
         if depth < len(hier) - 1:
             pes = lb.asarray(pes)[g.cmap]
-        refine = lb.jet_refine if refinement == "jet" else lb.isr_refine
+        refine = lb.refiner(refinement)
         fm = lb.name == "cpu"
         if fm:
             patience, phi = JET_ITERS, JET_PHI
@@ -117,7 +117,7 @@ def polish_on_gpu(xadj, adjncy, adjwgt, vwgt, pes, levels, distances, lmax: int,
     """Refine a whole mapping for J on the GPU: the refinement of im's finest GPU level
     (J gain, Jet's rebalancers, ``GPU_POLISH_ITERS`` iterations without any improvement
     end it). Returns task -> PE (int32, host); J never rises, no PE ends above ``lmax``
-    (when none started above it).
+    (when none started above it). The graph may be on the host or already on the device.
 
     ``hm`` on the GPU calls it: its splits minimise cuts, one level of the hierarchy at
     a time and without FM on their GPU levels, and a J-refinement of the result moves
@@ -128,8 +128,8 @@ def polish_on_gpu(xadj, adjncy, adjwgt, vwgt, pes, levels, distances, lmax: int,
     prefix = np.cumprod(np.asarray(levels, dtype=np.int64))
     dist = np.asarray(distances, dtype=np.float64)
     be = backend.gpu()
-    graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)
-    refine = be.jet_refine if refinement == "jet" else be.isr_refine
+    graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)  # no copy when already there
+    refine = be.refiner(refinement)
     out, _ = refine(*graph, be.asarray(pes, np.int32), k, lmax, prefix, dist, seed=seed,
                     max_iters=GPU_POLISH_ITERS, phi=GPU_POLISH_PHI)
     return np.asarray(to_host(out), dtype=np.int32)

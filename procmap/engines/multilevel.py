@@ -195,7 +195,7 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     if workers > 1:
         best = be.adopt(best)  # made on a worker's stream (GPU)
     if be.name == "gpu":  # no FM ran on the GPU levels: polish (see GPU_POLISH_ITERS)
-        refine = be.jet_refine if refinement == "jet" else be.isr_refine
+        refine = be.refiner(refinement)
         best, _ = refine(xadj, adjncy, adjwgt, vwgt, best, k, lmax, prefix, dist, seed=seed,
                          max_iters=GPU_POLISH_ITERS, phi=GPU_POLISH_PHI)
     return best.astype(np.int32, copy=False)
