@@ -2,11 +2,15 @@
 
 METIS wants positive integer weights that fit its 32-bit index type, so float or
 huge volumes are rescaled; the partition, not the weights, is what we keep.
+Equal targets call METIS directly (:mod:`.metis_lib`: the same partition, but other
+threads run meanwhile); unequal ones go through ``pymetis.part_graph``.
 """
 from __future__ import annotations
 
 import numpy as np
 import pymetis
+
+from . import metis_lib
 
 _METIS_WEIGHT_BUDGET = 2**30  # keeps METIS's 32-bit sums of edge weights from overflowing
 
@@ -57,9 +61,12 @@ def metis_partition(xadj, adjncy, adjwgt, vwgt, k: int, eps: float, seed: int,
     if adjncy.size == 0:
         # METIS needs edges; split isolated vertices greedily by weight
         return _greedy_fill(vw, k, targets)
+    eweights = _metis_edge_weights(adjwgt)
+    if tp is None and metis_lib.available():  # the same partition, without holding the GIL
+        return metis_lib.part_graph(xadj, adjncy, vw, eweights, k, opts.ufactor, opts.seed)
     graph = pymetis.CSRAdjacency(np.asarray(xadj, dtype=np.int64), np.asarray(adjncy, dtype=np.int64))
-    _, parts = pymetis.part_graph(
-        k, graph, vweights=vw, eweights=_metis_edge_weights(adjwgt), tpwgts=tp, options=opts)
+    _, parts = pymetis.part_graph(k, graph, vweights=vw, eweights=eweights, tpwgts=tp,
+                                  options=opts)
     return np.asarray(parts, dtype=np.int32)
 
 
