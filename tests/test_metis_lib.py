@@ -71,6 +71,23 @@ def test_concurrent_calls_give_the_serial_results():
                 np.testing.assert_array_equal(a, b)
 
 
+def test_direct_and_pymetis_calls_side_by_side_give_the_serial_results():
+    """Unequal targets go through pymetis: it must take the same lock as the direct calls."""
+    graphs = [delaunay_graph(800, seed=i) for i in range(8)]
+    targets = np.array([0.5, 0.3, 0.2])
+    jobs = [(g, t) for g in graphs for t in (None, targets)]
+
+    def run(job):
+        g, t = job
+        return initial.metis_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, 3, 0.03, 5, t)
+
+    serial = [run(j) for j in jobs]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for _ in range(3):
+            for a, b in zip(serial, pool.map(run, jobs)):
+                np.testing.assert_array_equal(a, b)
+
+
 def test_metis_partition_falls_back_to_pymetis(monkeypatch):
     g = grid_graph((30, 20))
     direct = initial.metis_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, 6, 0.03, 4)

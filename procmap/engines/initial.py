@@ -65,8 +65,9 @@ def metis_partition(xadj, adjncy, adjwgt, vwgt, k: int, eps: float, seed: int,
     if tp is None and metis_lib.available():  # the same partition, without holding the GIL
         return metis_lib.part_graph(xadj, adjncy, vw, eweights, k, opts.ufactor, opts.seed)
     graph = pymetis.CSRAdjacency(np.asarray(xadj, dtype=np.int64), np.asarray(adjncy, dtype=np.int64))
-    _, parts = pymetis.part_graph(k, graph, vweights=vw, eweights=eweights, tpwgts=tp,
-                                  options=opts)
+    with metis_lib.lock:  # libc's one rand() state, shared with the direct calls
+        _, parts = pymetis.part_graph(k, graph, vweights=vw, eweights=eweights, tpwgts=tp,
+                                      options=opts)
     return np.asarray(parts, dtype=np.int32)
 
 
