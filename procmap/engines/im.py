@@ -64,9 +64,7 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
     ``coarsening`` / ``refinement`` pick the schemes (see ``multilevel.COARSENINGS`` and
     ``REFINEMENTS``); the refinement's gain is the change in J either way.
     """
-    k = int(np.prod(levels))
-    prefix = np.cumprod(np.asarray(levels, dtype=np.int64))
-    dist = np.asarray(distances, dtype=np.float64)
+    k, prefix, dist = _hierarchy(levels, distances)
     t0 = time.perf_counter()
     be = backend.for_size(device, xadj.size - 1)
     graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)
@@ -124,12 +122,16 @@ def polish_on_gpu(xadj, adjncy, adjwgt, vwgt, pes, levels, distances, lmax: int,
     what they left along the block borders (measured with the GPU's algorithm emulated on
     the CPU: J -3.6% on grid2d_1M, -1.0% on grid3d_1M, nothing on Delaunay and rgg).
     """
-    k = int(np.prod(levels))
-    prefix = np.cumprod(np.asarray(levels, dtype=np.int64))
-    dist = np.asarray(distances, dtype=np.float64)
+    k, prefix, dist = _hierarchy(levels, distances)
     be = backend.gpu()
     graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)  # no copy when already there
     refine = be.refiner(refinement)
     out, _ = refine(*graph, be.asarray(pes, np.int32), k, lmax, prefix, dist, seed=seed,
                     max_iters=GPU_POLISH_ITERS, phi=GPU_POLISH_PHI)
     return np.asarray(to_host(out), dtype=np.int32)
+
+
+def _hierarchy(levels, distances):
+    """``(k, prefix, dist)`` of the refinement kernels for the hierarchy ``levels``."""
+    prefix = np.cumprod(np.asarray(levels, dtype=np.int64))
+    return int(prefix[-1]), prefix, np.asarray(distances, dtype=np.float64)
