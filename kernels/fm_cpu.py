@@ -6,6 +6,16 @@ block border needs a staircase of individually useless moves. FM takes the best
 move even when its gain is negative, locks the moved vertex, and at the end of a
 pass rolls back to the best prefix of moves: hill climbing that never ends worse.
 
+Two flavours share the move queue and the gain function:
+
+* :func:`fm_refine` -- *global* passes: every boundary vertex in one queue, so a pass
+  follows the best moves wherever they are on the border.
+* :func:`local_fm_refine` -- *localized* searches (KaHIP's multi-try k-way FM): each
+  search starts at one boundary vertex and grows only through the neighbours of the
+  vertices it moves, so its negative moves stay in one place and can open a staircase
+  there; it stops after a few moves without a new best and keeps its best prefix.
+  A global pass spreads its stall budget over the whole border instead.
+
 The objective is the hierarchical J of ``prefix``/``dist`` (cut when ``prefix =
 [k]``), the same as :mod:`jet_cpu`. Moves never push a block above ``lmax``.
 Deterministic: ties are broken by vertex id and block id.
@@ -15,7 +25,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .common_cpu import group_table, table_distance
+from .common_cpu import group_table, on_boundary, table_distance
 
 
 @nb.njit(cache=True, nogil=True)
@@ -104,28 +114,18 @@ def _pop(heap, size):
 
 
 @nb.njit(cache=True, nogil=True)
-def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, dist, max_stall):
-    n = part.size
-    bw = np.zeros(k, dtype=np.int64)
-    for u in range(n):
-        bw[part[u]] += vwgt[u]
-    conn = np.zeros(k, dtype=np.float64)
-    blocks = np.empty(k, dtype=np.int64)
-    locked = np.zeros(n, dtype=np.uint8)
-    cap = 4 * xadj[n] + n + 16  # every push is a vertex or a neighbour update
-    heap = np.empty((cap, 2), dtype=np.float64)
-    size = 0
-    for u in range(n):
-        a = part[u]
-        for e in range(xadj[u], xadj[u + 1]):
-            if part[adjncy[e]] != a:
-                b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist,
-                                  conn, blocks)
-                if b >= 0:
-                    size = _push(heap, size, g, u)
-                break
-    moved_v = np.empty(n, dtype=np.int64)
-    moved_from = np.empty(n, dtype=np.int64)
+def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, search, mark,
+            done, max_stall, moved_v, moved_from, conn, blocks):
+    """The move loop of both flavours, from the queue ``heap[:size]``; returns
+    ``(gain, kept)``: the best prefix's gain and the vertices it moved (the first
+    ``kept`` entries of ``moved_v``).
+
+    Pops the best entry, moves its vertex to its best block even at a loss, marks it
+    (``mark[u] = search``: a vertex moves once per search) and queues its neighbours
+    that are neither marked nor ``done``; stops after ``max_stall`` moves without a new
+    best, then rolls back the moves after the best prefix.
+    """
+    cap = heap.shape[0]
     nmoves = 0
     cum = 0.0
     best_cum = 0.0
@@ -133,7 +133,7 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, dist, max_stall):
     stall = 0
     while size > 0 and stall < max_stall:
         key, u, size = _pop(heap, size)
-        if locked[u]:
+        if mark[u] == search or done[u]:
             continue
         b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, conn, blocks)
         if b < 0:
@@ -146,7 +146,7 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, dist, max_stall):
         part[u] = b
         bw[a] -= vwgt[u]
         bw[b] += vwgt[u]
-        locked[u] = 1
+        mark[u] = search
         moved_v[nmoves] = u
         moved_from[nmoves] = a
         nmoves += 1
@@ -159,16 +159,46 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, dist, max_stall):
             stall += 1
         for e in range(xadj[u], xadj[u + 1]):
             v = adjncy[e]
-            if locked[v] or size + 1 >= cap:
+            if mark[v] == search or done[v] or size + 1 >= cap:
                 continue
             bv, gv = _best_move(v, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist,
                                 conn, blocks)
             if bv >= 0:
                 size = _push(heap, size, gv, v)
-    # roll back the moves after the best prefix
-    for i in range(nmoves - 1, best_len - 1, -1):
-        part[moved_v[i]] = moved_from[i]
-    return best_cum
+    for i in range(nmoves - 1, best_len - 1, -1):  # roll back past the best prefix
+        u = moved_v[i]
+        b = part[u]
+        a = moved_from[i]
+        part[u] = a
+        bw[b] -= vwgt[u]
+        bw[a] += vwgt[u]
+    return best_cum, best_len
+
+
+@nb.njit(cache=True, nogil=True)
+def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, dist, max_stall):
+    """One global pass: a single search whose queue starts with every boundary vertex."""
+    n = part.size
+    bw = np.zeros(k, dtype=np.int64)
+    for u in range(n):
+        bw[part[u]] += vwgt[u]
+    conn = np.zeros(k, dtype=np.float64)
+    blocks = np.empty(k, dtype=np.int64)
+    cap = 4 * xadj[n] + n + 16  # every push is a vertex or a neighbour update
+    heap = np.empty((cap, 2), dtype=np.float64)
+    size = 0
+    for u in range(n):
+        if on_boundary(xadj, adjncy, part, u, part[u]):
+            b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist,
+                              conn, blocks)
+            if b >= 0:
+                size = _push(heap, size, g, u)
+    mark = np.zeros(n, dtype=np.int64)
+    done = np.zeros(n, dtype=np.uint8)
+    gain, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, 1, mark,
+                      done, max_stall, np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
+                      conn, blocks)
+    return gain
 
 
 def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist, *,
@@ -189,6 +219,72 @@ def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist,
     total = 0.0
     for _ in range(max_passes):
         g = _fm_pass(xadj, adjncy, w, vwgt, part, int(k), int(lmax), grp, dist, int(max_stall))
+        total += g
+        if g <= max(min_gain, 1e-9):
+            break
+    return total
+
+
+@nb.njit(cache=True, nogil=True)
+def _local_searches(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, max_stall, done,
+                    mark, heap, moved_v, moved_from, conn, blocks):
+    """One round of localized FM: a search (:func:`_search`) from every boundary vertex,
+    by ascending id, that no kept move of this round has touched yet. Returns the
+    round's gain. The moves a search keeps lock their vertices for the rest of the
+    round (``done``)."""
+    total = 0.0
+    search = 0
+    for s in range(part.size):
+        if done[s] or not on_boundary(xadj, adjncy, part, s, part[s]):
+            continue
+        b, g = _best_move(s, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, conn,
+                          blocks)
+        if b < 0:
+            continue
+        search += 1
+        size = _push(heap, 0, g, s)
+        gain, kept = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size,
+                             search, mark, done, max_stall, moved_v, moved_from, conn, blocks)
+        for i in range(kept):
+            done[moved_v[i]] = 1
+        total += gain
+    return total
+
+
+#: A localized search's queue holds at most this many entries (a full queue takes no
+#: more pushes; the search goes on with what it holds).
+LOCAL_QUEUE_CAP = 1 << 20
+
+
+def local_fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist, *,
+                    max_stall: int = 10, max_rounds: int = 1, min_gain: float = 0.0) -> float:
+    """Localized FM (module docstring) on ``part`` (int32, modified in place); returns
+    the gain, one direction of each edge: J decreases by exactly twice the value.
+
+    ``max_stall`` moves without a new best end a search; rounds repeat (each from every
+    boundary vertex again) until ``max_rounds`` or a round gains no more than
+    ``min_gain``. Blocks stay within ``lmax``; the result depends only on the input.
+    """
+    n = part.size
+    if n == 0 or k <= 1:
+        return 0.0
+    w = np.asarray(adjwgt, dtype=np.float64)
+    vw = np.ascontiguousarray(vwgt, dtype=np.int64)
+    grp = group_table(np.asarray(prefix, dtype=np.int64))
+    dist = np.asarray(dist, dtype=np.float64)
+    bw = np.bincount(part, weights=vw, minlength=k).astype(np.int64)
+    mark = np.zeros(n, dtype=np.int64)
+    heap = np.empty((min(int(xadj[n]) + n + 16, LOCAL_QUEUE_CAP), 2), dtype=np.float64)
+    moved_v = np.empty(n, dtype=np.int64)
+    moved_from = np.empty(n, dtype=np.int64)
+    conn = np.zeros(k, dtype=np.float64)
+    blocks = np.empty(k, dtype=np.int64)
+    total = 0.0
+    for _ in range(max_rounds):
+        done = np.zeros(n, dtype=np.uint8)
+        mark[:] = 0
+        g = _local_searches(xadj, adjncy, w, vw, part, bw, int(lmax), grp, dist, int(max_stall),
+                            done, mark, heap, moved_v, moved_from, conn, blocks)
         total += g
         if g <= max(min_gain, 1e-9):
             break

@@ -1,6 +1,8 @@
-"""k-way FM refinement (kernels/fm_cpu.py): its move queue, and what a refinement
-guarantees: J never rises, falls by exactly twice the reported gain, no block ends
+"""k-way FM refinement (kernels/fm_cpu.py), global passes and localized searches: the
+move queue, and what a refinement guarantees: J never rises, falls by exactly twice the reported gain, no block ends
 above L_max, the same input gives the same result."""
+import functools
+
 import numpy as np
 import pytest
 
@@ -56,13 +58,21 @@ def _random_graph(n, m, seed):
                                 rng.integers(1, 6, m), n=n, vwgt=rng.integers(1, 3, n))
 
 
+GLOBAL = fm_cpu.fm_refine
+LOCAL_STALL_1 = functools.partial(fm_cpu.local_fm_refine, max_stall=1, max_rounds=3)
+LOCAL = functools.partial(fm_cpu.local_fm_refine, max_rounds=3)
+LOCAL_STALL_40 = functools.partial(fm_cpu.local_fm_refine, max_stall=40, max_rounds=3)
+
+
+@pytest.mark.parametrize("refine", [GLOBAL, LOCAL_STALL_1, LOCAL, LOCAL_STALL_40],
+                         ids=["global", "local-stall-1", "local", "local-stall-40"])
 @pytest.mark.parametrize("graph, levels, dists", [
     (grid_graph((40, 30)), (4,), (1.0,)),                  # cut mode
     (grid_graph((40, 30)), (2, 2, 3), (1.0, 10.0, 100.0)),
     (grid_graph((12, 10, 8)), (4, 8, 2), (1.0, 10.0, 100.0)),
     (_random_graph(900, 4000, 1), (3, 4), (2.0, 7.0)),
 ])
-def test_fm_lowers_J_by_twice_its_gain_within_lmax(graph, levels, dists):
+def test_fm_lowers_J_by_twice_its_gain_within_lmax(graph, levels, dists, refine):
     h = Hierarchy(levels, dists)
     k = h.k
     # a poor, balanced start: every vertex in a random block (equal counts)
@@ -73,8 +83,8 @@ def test_fm_lowers_J_by_twice_its_gain_within_lmax(graph, levels, dists):
     runs = []
     for _ in range(2):
         p = part.copy()
-        gain = fm_cpu.fm_refine(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt, p, k, lmax,
-                                h.prefix_sizes, np.asarray(dists))
+        gain = refine(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt, p, k, lmax,
+                      h.prefix_sizes, np.asarray(dists))
         runs.append((p, gain))
     (p, gain), (p2, gain2) = runs
     after = evaluate(graph, h, p).J
@@ -82,3 +92,33 @@ def test_fm_lowers_J_by_twice_its_gain_within_lmax(graph, levels, dists):
     assert after == pytest.approx(before - 2 * gain, rel=1e-12)
     assert np.bincount(p, weights=graph.vwgt, minlength=k).max() <= lmax
     assert np.array_equal(p, p2) and gain == gain2
+
+
+@pytest.mark.parametrize("shape, levels", [((40, 30), (4,)), ((60, 60), (2, 3)),
+                                           ((12, 10, 8), (2, 3))])
+def test_local_searches_improve_where_global_fm_has_converged(shape, levels):
+    # the point of localized FM: a search keeps its losses in one place, where a
+    # following gain can pay them back; global passes stop at these partitions
+    g = grid_graph(shape)
+    h = Hierarchy(levels, tuple(10.0 ** i for i in range(len(levels))))
+    dist = np.asarray(h.distances, dtype=np.float64)
+    part = (np.random.default_rng(1).permutation(g.n) % h.k).astype(np.int32)
+    lmax = int(np.ceil(1.03 * g.n / h.k))
+    fm_cpu.fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, h.k, lmax, h.prefix_sizes, dist,
+                     max_passes=100)
+    assert fm_cpu.fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part.copy(), h.k, lmax,
+                            h.prefix_sizes, dist, max_passes=100) == 0.0  # converged
+    before = evaluate(g, h, part).J
+    gain = fm_cpu.local_fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, h.k, lmax,
+                                  h.prefix_sizes, dist, max_rounds=5)
+    assert gain > 0 and evaluate(g, h, part).J == before - 2 * gain
+    assert np.bincount(part, minlength=h.k).max() <= lmax
+
+
+def test_local_fm_without_moves_or_blocks():
+    g = grid_graph((5, 5))
+    h = Hierarchy((1,), (1.0,))
+    p = np.zeros(g.n, dtype=np.int32)
+    assert fm_cpu.local_fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, p, 1, g.n, h.prefix_sizes,
+                                  np.array([1.0])) == 0.0
+    assert not p.any()

@@ -20,6 +20,12 @@ VCYCLES = {False: (1, 0), True: (3, 1, 0)}
 #: hierarchy. Measured with 2 (against 1), 4:8:6, seed 1: J 0.16-0.67% lower on each of
 #: the eight 2^17 / 2^20 benchmark instances (seed 2 on del20 / rgg20: 0.62% / 0.22%).
 ULTRA_DEPTH = 2
+#: hm's splits shallower than this depth (the top split, whose cut crosses the costliest
+#: links: ~70% of J on the benchmark instances) add localized FM searches on their
+#: levels up to ``multilevel.LOCAL_FM_MAX_N`` vertices. Measured on the eight 2^17 / 2^20
+#: instances, 4:8:6, one thread: J geometric mean -2.1% for +19% time (with the top
+#: split only; the deeper splits too: -2.7% for +51%). hm-ultra is left as measured.
+LOCAL_FM_DEPTH = {False: 1, True: 0}
 #: Jet's patience per level. FM runs after Jet on every level, so hm can stop Jet
 #: earlier than Jet's 12 (measured: same J on the 2^17 set, about 15% less time).
 JET_ITERS = {False: 8, True: 12}
@@ -50,7 +56,8 @@ def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple
                               seed=seed, ultra=ultra and depth < ULTRA_DEPTH,
                               targets=None if uniform else targets,
                               tries=attempts, vcycles=rounds, jet_iters=patience,
-                              coarsening=coarsening, refinement=refinement)
+                              coarsening=coarsening, refinement=refinement,
+                              local_fm=depth < LOCAL_FM_DEPTH[ultra])
         if not uniform:
             # exact per-block limits: a sequential pass over the few misfits, on the host
             be = backend.of(part)
