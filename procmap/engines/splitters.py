@@ -33,11 +33,12 @@ JET_ITERS = {False: 8, True: 12}
 
 def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple | None = None,
                  jet_iters: int | None = None, coarsening: str = "hem",
-                 refinement: str = "jet"):
+                 refinement: str = "jet", local_fm_depth: int | None = None):
     """Split with procmap's multilevel partitioner (edge cut), Jet or Jet-ultra refinement.
 
-    ``tries``/``vcycles`` (by split depth) and ``jet_iters`` default to the ``hm`` or
-    ``hm-ultra`` schedule above; ``coarsening``/``refinement`` pick the multilevel
+    ``tries``/``vcycles`` (by split depth), ``jet_iters`` and ``local_fm_depth`` (splits
+    shallower than it add localized FM) default to the ``hm`` or ``hm-ultra`` schedule
+    above; ``coarsening``/``refinement`` pick the multilevel
     partitioner's schemes (``multilevel.COARSENINGS`` / ``REFINEMENTS``). Blocks with equal targets share one limit, which
     Jet's rebalancers enforce; unequal limits (irregular capacities) are then met
     exactly by :func:`~procmap.kernels.limits_cpu.fit_to_limits`.
@@ -46,6 +47,7 @@ def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple
     schedule = TRIES[ultra] if tries is None else tries
     cycles = VCYCLES[ultra] if vcycles is None else vcycles
     patience = JET_ITERS[ultra] if jet_iters is None else jet_iters
+    local_depth = LOCAL_FM_DEPTH[ultra] if local_fm_depth is None else local_fm_depth
 
     def split(xadj, adjncy, adjwgt, vwgt, targets, limits, eps, seed, depth=0):
         k = targets.size
@@ -57,7 +59,7 @@ def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple
                               targets=None if uniform else targets,
                               tries=attempts, vcycles=rounds, jet_iters=patience,
                               coarsening=coarsening, refinement=refinement,
-                              local_fm=depth < LOCAL_FM_DEPTH[ultra])
+                              local_fm=depth < local_depth)
         if not uniform:
             # exact per-block limits: a sequential pass over the few misfits, on the host
             be = backend.of(part)
