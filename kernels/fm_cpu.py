@@ -117,8 +117,8 @@ def _pop(heap, size):
 def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, search, mark,
             done, max_stall, moved_v, moved_from, conn, blocks):
     """The move loop of both flavours, from the queue ``heap[:size]``; returns
-    ``(gain, kept)``: the best prefix's gain and the vertices it moved (the first
-    ``kept`` entries of ``moved_v``).
+    ``(gain, kept, work)``: the best prefix's gain, the vertices it moved (the first
+    ``kept`` entries of ``moved_v``) and the edges its gain evaluations scanned.
 
     Pops the best entry, moves its vertex to its best block even at a loss, marks it
     (``mark[u] = search``: a vertex moves once per search) and queues its neighbours
@@ -131,10 +131,12 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, s
     best_cum = 0.0
     best_len = 0
     stall = 0
+    work = 0
     while size > 0 and stall < max_stall:
         key, u, size = _pop(heap, size)
         if mark[u] == search or done[u]:
             continue
+        work += xadj[u + 1] - xadj[u]
         b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, conn, blocks)
         if b < 0:
             continue
@@ -161,6 +163,7 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, s
             v = adjncy[e]
             if mark[v] == search or done[v] or size + 1 >= cap:
                 continue
+            work += xadj[v + 1] - xadj[v]
             bv, gv = _best_move(v, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist,
                                 conn, blocks)
             if bv >= 0:
@@ -172,7 +175,7 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, s
         part[u] = a
         bw[b] -= vwgt[u]
         bw[a] += vwgt[u]
-    return best_cum, best_len
+    return best_cum, best_len, work
 
 
 @nb.njit(cache=True, nogil=True)
@@ -195,7 +198,7 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, dist, max_stall):
                 size = _push(heap, size, g, u)
     mark = np.zeros(n, dtype=np.int64)
     done = np.zeros(n, dtype=np.uint8)
-    gain, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, 1, mark,
+    gain, _, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, 1, mark,
                       done, max_stall, np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
                       conn, blocks)
     return gain
@@ -227,28 +230,34 @@ def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist,
 
 @nb.njit(cache=True, nogil=True)
 def _local_searches(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, max_stall, done,
-                    mark, heap, moved_v, moved_from, conn, blocks):
+                    mark, heap, moved_v, moved_from, conn, blocks, budget):
     """One round of localized FM: a search (:func:`_search`) from every boundary vertex,
-    by ascending id, that no kept move of this round has touched yet. Returns the
-    round's gain. The moves a search keeps lock their vertices for the rest of the
-    round (``done``)."""
+    by ascending id, that no kept move of this round has touched yet, until the
+    searches have scanned ``budget`` edges. Returns ``(gain, edges scanned)``. The
+    moves a search keeps lock their vertices for the rest of the round (``done``)."""
     total = 0.0
     search = 0
+    work = 0
     for s in range(part.size):
+        if work >= budget:
+            break
         if done[s] or not on_boundary(xadj, adjncy, part, s, part[s]):
             continue
+        work += xadj[s + 1] - xadj[s]
         b, g = _best_move(s, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, conn,
                           blocks)
         if b < 0:
             continue
         search += 1
         size = _push(heap, 0, g, s)
-        gain, kept = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size,
-                             search, mark, done, max_stall, moved_v, moved_from, conn, blocks)
+        gain, kept, scanned = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist,
+                                      heap, size, search, mark, done, max_stall, moved_v,
+                                      moved_from, conn, blocks)
+        work += scanned
         for i in range(kept):
             done[moved_v[i]] = 1
         total += gain
-    return total
+    return total, work
 
 
 #: A localized search's queue holds at most this many entries (a full queue takes no
@@ -257,13 +266,18 @@ LOCAL_QUEUE_CAP = 1 << 20
 
 
 def local_fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist, *,
-                    max_stall: int = 10, max_rounds: int = 1, min_gain: float = 0.0) -> float:
+                    max_stall: int = 10, max_rounds: int = 1, min_gain: float = 0.0,
+                    max_work: float | None = None) -> float:
     """Localized FM (module docstring) on ``part`` (int32, modified in place); returns
     the gain, one direction of each edge: J decreases by exactly twice the value.
 
     ``max_stall`` moves without a new best end a search; rounds repeat (each from every
     boundary vertex again) until ``max_rounds`` or a round gains no more than
-    ``min_gain``. Blocks stay within ``lmax``; the result depends only on the input.
+    ``min_gain``. ``max_work`` caps the edges that the searches' gain evaluations
+    scan, in multiples of the graph's directed edges (all rounds together; ``None``: no
+    cap): a search costs about ``max_stall`` times its vertices' squared degree, so on
+    dense graphs the searches would otherwise cost many times the rest of a level's
+    refinement. Blocks stay within ``lmax``; the result depends only on the input.
     """
     n = part.size
     if n == 0 or k <= 1:
@@ -279,13 +293,16 @@ def local_fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix,
     moved_from = np.empty(n, dtype=np.int64)
     conn = np.zeros(k, dtype=np.float64)
     blocks = np.empty(k, dtype=np.int64)
+    budget = np.iinfo(np.int64).max if max_work is None else int(max_work * max(int(xadj[n]), 1))
     total = 0.0
     for _ in range(max_rounds):
         done = np.zeros(n, dtype=np.uint8)
         mark[:] = 0
-        g = _local_searches(xadj, adjncy, w, vw, part, bw, int(lmax), grp, dist, int(max_stall),
-                            done, mark, heap, moved_v, moved_from, conn, blocks)
+        g, work = _local_searches(xadj, adjncy, w, vw, part, bw, int(lmax), grp, dist,
+                                  int(max_stall), done, mark, heap, moved_v, moved_from, conn,
+                                  blocks, budget)
         total += g
-        if g <= max(min_gain, 1e-9):
+        budget -= work
+        if g <= max(min_gain, 1e-9) or budget <= 0:
             break
     return total

@@ -122,3 +122,26 @@ def test_local_fm_without_moves_or_blocks():
     assert fm_cpu.local_fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, p, 1, g.n, h.prefix_sizes,
                                   np.array([1.0])) == 0.0
     assert not p.any()
+
+
+def test_local_fm_work_cap_bounds_the_searches():
+    # a dense graph, where a search's cost grows with the square of the degree
+    g = _random_graph(600, 30000, 5)
+    h = Hierarchy((6,), (1.0,))
+    part = (np.arange(g.n) % 6).astype(np.int32)
+    lmax = int(np.ceil(1.05 * g.vwgt.sum() / 6))
+    args = (g.xadj, g.adjncy, g.adjwgt, g.vwgt)
+    rest = (6, lmax, h.prefix_sizes, np.array([1.0]))
+    none = part.copy()
+    assert fm_cpu.local_fm_refine(*args, none, *rest, max_work=0) == 0.0
+    assert np.array_equal(none, part)  # no budget: no search
+    before = evaluate(g, h, part).J
+    results = []
+    for cap in (0.5, 0.5, None):
+        p = part.copy()
+        results.append((fm_cpu.local_fm_refine(*args, p, *rest, max_work=cap), p))
+    (capped, p), (again, p2), (free, _) = results
+    assert 0 < capped < free
+    assert evaluate(g, h, p).J == pytest.approx(before - 2 * capped, rel=1e-12)
+    assert np.bincount(p, weights=g.vwgt, minlength=6).max() <= lmax
+    assert capped == again and np.array_equal(p, p2)
