@@ -260,3 +260,25 @@ def test_unionfind_coarsening_needs_fewer_levels_and_stops_near_the_target():
     assert 1500 <= uf[-1].n <= 3000  # never undershoots target / 2 (HEM finishes)
     assert all(int(level.vwgt.max()) <= 100 for level in uf)
     assert int(uf[-1].vwgt.sum()) == g.n
+
+
+@pytest.mark.parametrize("local_fm", [False, True])
+def test_multilevel_cycle_reports_the_objective_of_its_partition(local_fm):
+    """The objective a cycle returns decides between tries and V-cycles; levels of
+    FM_ONLY_MIN_N+ vertices skip Jet and carry it over from the coarser level (a
+    projection keeps the cut), and localized FM subtracts its gains: the value must
+    still be the partition's exact J."""
+    from procmap.engines import multilevel as ml
+    g = grid_graph((150, 150))  # finest levels above FM_ONLY_MIN_N
+    assert g.n >= ml.FM_ONLY_MIN_N
+    k = 6
+    lmax = math.ceil(1.03 * g.n / k)
+    prefix, dist = np.array([k]), np.array([1.0])
+    runs = [ml._vcycle(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k, lmax, 0.03, 3, False, prefix, dist,
+                       ml.COARSEN_FACTOR, None, (True, local_fm)) for _ in range(2)]
+    (part, value), (part2, value2) = runs
+    h = Hierarchy((k,), (1.0,))
+    assert value == evaluate(g, h, part).J
+    assert np.bincount(part, minlength=k).max() <= lmax
+    np.testing.assert_array_equal(part, part2)
+    assert value == value2
