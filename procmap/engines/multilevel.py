@@ -11,7 +11,9 @@ The three phases are kept apart, KaMinPar-style:
    weak then strong rebalancing (non-ultra: filter 0.75 on coarse levels, 0.25 on
    the finest; ultra: the 17 ratios 0.85 .. 0.05 on every level), then, with
    ``fm=True``, k-way FM passes that can climb out of the local optima where label
-   propagation stops (sequential: the CPU backend's quality step).
+   propagation stops (sequential: the CPU backend's quality step). On the host, a
+   level of :data:`FM_ONLY_MIN_N` or more vertices that arrives balanced goes to FM
+   directly, and ``local_fm=True`` adds localized FM searches after the passes.
 
 The objective is the edge cut, or, given ``prefix``/``dist``, the hierarchical
 communication cost J (the ``im`` engine uses this).
