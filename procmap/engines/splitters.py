@@ -24,8 +24,9 @@ ULTRA_DEPTH = 2
 #: links: ~70% of J on the benchmark instances) add localized FM searches on their
 #: levels up to ``multilevel.LOCAL_FM_MAX_N`` vertices. Measured on the eight 2^17 / 2^20
 #: instances, 4:8:6, one thread: J geometric mean -2.1% for +19% time (with the top
-#: split only; the deeper splits too: -2.7% for +51%). hm-ultra is left as measured.
-LOCAL_FM_DEPTH = {False: 1, True: 0}
+#: split only; the deeper splits too: -2.7% for +51%). hm-ultra, same set: J -0.9%
+#: (1,021,026 -> 1,011,720; rgg20 -2.4%, grid2d_1M -2.2%) for +6% time.
+LOCAL_FM_DEPTH = {False: 1, True: 1}
 #: Jet's patience per level. FM runs after Jet on every level, so hm can stop Jet
 #: earlier than Jet's 12 (measured: same J on the 2^17 set, about 15% less time).
 JET_ITERS = {False: 8, True: 12}
