@@ -198,10 +198,16 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, dist, max_stall):
                 size = _push(heap, size, g, u)
     mark = np.zeros(n, dtype=np.int64)
     done = np.zeros(n, dtype=np.uint8)
-    gain, _, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, 1, mark,
-                      done, max_stall, np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64),
-                      conn, blocks)
+    gain, _, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, 1,
+                         mark, done, max_stall, np.empty(n, dtype=np.int64),
+                         np.empty(n, dtype=np.int64), conn, blocks)
     return gain
+
+
+def _kernel_inputs(adjwgt, prefix, dist):
+    """Float edge weights, the group table of ``prefix`` and float distances."""
+    return (np.asarray(adjwgt, dtype=np.float64), group_table(np.asarray(prefix, dtype=np.int64)),
+            np.asarray(dist, dtype=np.float64))
 
 
 def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist, *,
@@ -216,9 +222,7 @@ def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist,
     n = part.size
     if max_stall is None:
         max_stall = max(50, n // 100)
-    w = np.asarray(adjwgt, dtype=np.float64)
-    grp = group_table(np.asarray(prefix, dtype=np.int64))
-    dist = np.asarray(dist, dtype=np.float64)
+    w, grp, dist = _kernel_inputs(adjwgt, prefix, dist)
     total = 0.0
     for _ in range(max_passes):
         g = _fm_pass(xadj, adjncy, w, vwgt, part, int(k), int(lmax), grp, dist, int(max_stall))
@@ -282,10 +286,8 @@ def local_fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix,
     n = part.size
     if n == 0 or k <= 1:
         return 0.0
-    w = np.asarray(adjwgt, dtype=np.float64)
+    w, grp, dist = _kernel_inputs(adjwgt, prefix, dist)
     vw = np.ascontiguousarray(vwgt, dtype=np.int64)
-    grp = group_table(np.asarray(prefix, dtype=np.int64))
-    dist = np.asarray(dist, dtype=np.float64)
     bw = np.bincount(part, weights=vw, minlength=k).astype(np.int64)
     mark = np.zeros(n, dtype=np.int64)
     heap = np.empty((min(int(xadj[n]) + n + 16, LOCAL_QUEUE_CAP), 2), dtype=np.float64)

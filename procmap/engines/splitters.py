@@ -20,13 +20,13 @@ VCYCLES = {False: (1, 0), True: (3, 1, 0)}
 #: hierarchy. Measured with 2 (against 1), 4:8:6, seed 1: J 0.16-0.67% lower on each of
 #: the eight 2^17 / 2^20 benchmark instances (seed 2 on del20 / rgg20: 0.62% / 0.22%).
 ULTRA_DEPTH = 2
-#: hm's splits shallower than this depth (the top split, whose cut crosses the costliest
-#: links: ~70% of J on the benchmark instances) add localized FM searches on their
-#: levels up to ``multilevel.LOCAL_FM_MAX_N`` vertices. Measured on the eight 2^17 / 2^20
-#: instances, 4:8:6, one thread: J geometric mean -2.1% for +19% time (with the top
-#: split only; the deeper splits too: -2.7% for +51%). hm-ultra, same set: J -0.9%
-#: (1,021,026 -> 1,011,720; rgg20 -2.4%, grid2d_1M -2.2%) for +6% time.
-LOCAL_FM_DEPTH = {False: 1, True: 1}
+#: Splits of hm and hm-ultra shallower than this depth (the top split, whose cut
+#: crosses the costliest links: ~70% of J on the benchmark instances) add localized FM
+#: searches on their levels up to ``multilevel.LOCAL_FM_MAX_N`` vertices. Measured on
+#: the eight 2^17 / 2^20 instances, 4:8:6, one thread: hm J geometric mean -2.1% for +19%
+#: time (the deeper splits too: -2.7% for +51%); hm-ultra J -0.9% (1,021,026 ->
+#: 1,011,720; rgg20 -2.4%, grid2d_1M -2.2%) for +6% time.
+LOCAL_FM_DEPTH = 1
 #: Jet's patience per level. FM runs after Jet on every level, so hm can stop Jet
 #: earlier than Jet's 12 (measured: same J on the 2^17 set, about 15% less time).
 JET_ITERS = {False: 8, True: 12}
@@ -37,9 +37,9 @@ def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple
                  refinement: str = "jet", local_fm_depth: int | None = None):
     """Split with procmap's multilevel partitioner (edge cut), Jet or Jet-ultra refinement.
 
-    ``tries``/``vcycles`` (by split depth), ``jet_iters`` and ``local_fm_depth`` (splits
-    shallower than it add localized FM) default to the ``hm`` or ``hm-ultra`` schedule
-    above; ``coarsening``/``refinement`` pick the multilevel
+    ``tries``/``vcycles`` (by split depth) and ``jet_iters`` default to the ``hm`` or
+    ``hm-ultra`` schedule above, ``local_fm_depth`` (splits shallower than it add
+    localized FM) to :data:`LOCAL_FM_DEPTH`; ``coarsening``/``refinement`` pick the multilevel
     partitioner's schemes (``multilevel.COARSENINGS`` / ``REFINEMENTS``). Blocks with equal targets share one limit, which
     Jet's rebalancers enforce; unequal limits (irregular capacities) are then met
     exactly by :func:`~procmap.kernels.limits_cpu.fit_to_limits`.
@@ -48,7 +48,7 @@ def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple
     schedule = TRIES[ultra] if tries is None else tries
     cycles = VCYCLES[ultra] if vcycles is None else vcycles
     patience = JET_ITERS[ultra] if jet_iters is None else jet_iters
-    local_depth = LOCAL_FM_DEPTH[ultra] if local_fm_depth is None else local_fm_depth
+    local_depth = LOCAL_FM_DEPTH if local_fm_depth is None else local_fm_depth
 
     def split(xadj, adjncy, adjwgt, vwgt, targets, limits, eps, seed, depth=0):
         k = targets.size
