@@ -440,7 +440,8 @@ def _gather_rows(xadj, adjncy, adjwgt, vwgt, cmap, mptr, mem, boff, cuts, ckey, 
     CSR order whatever the chunking.
 
     Indices are cast to unsigned: Numba then omits its negative-index wraparound
-    (a quarter of this loop's time).
+    (a quarter of this loop's time). Slots that stay valid while they point into the
+    current row (no clearing pass) measured no faster, on rgg20, del20 and grid3d_1M.
     """
     nc = mptr.size - 1
     for j in nb.prange(cuts.size - 1):

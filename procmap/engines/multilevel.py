@@ -61,6 +61,11 @@ REFINEMENTS = ("jet", "isr")
 #: H100, J on the GPU before / after (CPU backend): hm grid2d_1M 1,088,924 / 940,940
 #: (979,356), grid3d_1M 7,690,582 / 7,408,626 (7,412,210); rgg20 and del20 within 2%;
 #: im: im.py.
+#: FM on the host after Jet on each GPU level (download the level, FM, upload the
+#: partition) was measured on an H100 and left out: hm's J -1.8% on rgg20 (-3.3% with
+#: localized FM too, still 1.04x the CPU backend's) for 1.8-2.5x the time, and +3% on
+#: grid2d_1M; hm-ultra's J -1.0% to -4.5% (rgg20 -2.9%, to 1.005x the CPU's) for 32-77%
+#: more time.
 GPU_JET_ITERS = 12
 GPU_POLISH_ITERS = 30
 GPU_POLISH_PHI = 1.0
