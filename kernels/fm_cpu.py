@@ -26,6 +26,7 @@ import numba as nb
 import numpy as np
 
 from .common_cpu import group_table, on_boundary, table_distance
+from .objective_cpu import pe_loads
 
 
 @nb.njit(cache=True, nogil=True)
@@ -288,7 +289,7 @@ def local_fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix,
         return 0.0
     w, grp, dist = _kernel_inputs(adjwgt, prefix, dist)
     vw = np.ascontiguousarray(vwgt, dtype=np.int64)
-    bw = np.bincount(part, weights=vw, minlength=k).astype(np.int64)
+    bw = pe_loads(part, vw, int(k))[0]
     mark = np.zeros(n, dtype=np.int64)
     heap = np.empty((min(int(xadj[n]) + n + 16, LOCAL_QUEUE_CAP), 2), dtype=np.float64)
     moved_v = np.empty(n, dtype=np.int64)

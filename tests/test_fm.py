@@ -1,6 +1,6 @@
 """k-way FM refinement (kernels/fm_cpu.py), global passes and localized searches: the
-move queue, and what a refinement guarantees: J never rises, falls by exactly twice the reported gain, no block ends
-above L_max, the same input gives the same result."""
+move queue, and what a refinement guarantees: J never rises, falls by exactly twice the
+reported gain, no block ends above L_max, the same input gives the same result."""
 import functools
 
 import numpy as np

@@ -39,10 +39,11 @@ def jet_splitter(ultra: bool = False, tries: tuple | None = None, vcycles: tuple
 
     ``tries``/``vcycles`` (by split depth) and ``jet_iters`` default to the ``hm`` or
     ``hm-ultra`` schedule above, ``local_fm_depth`` (splits shallower than it add
-    localized FM) to :data:`LOCAL_FM_DEPTH`; ``coarsening``/``refinement`` pick the multilevel
-    partitioner's schemes (``multilevel.COARSENINGS`` / ``REFINEMENTS``). Blocks with equal targets share one limit, which
-    Jet's rebalancers enforce; unequal limits (irregular capacities) are then met
-    exactly by :func:`~procmap.kernels.limits_cpu.fit_to_limits`.
+    localized FM) to :data:`LOCAL_FM_DEPTH`; ``coarsening``/``refinement`` pick the
+    multilevel partitioner's schemes (``multilevel.COARSENINGS`` / ``REFINEMENTS``).
+    Blocks with equal targets share one limit, which Jet's rebalancers enforce; unequal
+    limits (irregular capacities) are then met exactly by
+    :func:`~procmap.kernels.limits_cpu.fit_to_limits`.
     """
 
     schedule = TRIES[ultra] if tries is None else tries
