@@ -17,7 +17,8 @@ from .graph import CommGraph
 from .kernels import backend
 from .kernels.swap_cpu import swap_refine
 from .mapping import Mapping
-from .objective import evaluate, is_rank_placement, max_block_weight
+from .objective import (check_objective_range, evaluate, is_rank_placement, largest_distance,
+                        max_block_weight)
 
 ENGINES = ("auto", "hm", "hm-ultra", "im")
 
@@ -71,6 +72,7 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
     mapping) every usable PE receives at most ``L_max`` task weight.
     """
     _check_inputs(graph, topology, engine, eps)
+    check_objective_range(graph, largest_distance(topology))  # before any kernel runs
     if coarsening not in COARSENINGS:
         raise InputError(f"unknown coarsening {coarsening!r} "
                          f"(choose from {', '.join(COARSENINGS)})")
@@ -193,7 +195,9 @@ def _rank_placement(graph, topology, engine, seed, seconds, progress, device, sc
     """
     coarsening, refinement = schemes
     swap = swap_refine if device == "cpu" else _swap_on_gpu
-    caps = topology.capacities
+    # A PE never holds more than n tasks: larger capacities only inflate the swap tables
+    # (sized by the total capacity), e.g. --slots 2147483646 would ask for terabytes.
+    caps = np.minimum(topology.capacities, graph.n)
     levels = topology.levels
     prefix = topology.prefix_sizes
     dist = np.asarray(topology.distances, dtype=np.float64)

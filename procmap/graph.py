@@ -8,6 +8,10 @@ Conventions
   merged (summed), explicit zeros are dropped.
 * Edge weights are ``int64`` when every input weight is integral, else ``float64``;
   they are finite and ``>= 0``. Vertex weights are ``int64`` and ``>= 0``.
+* Totals fit (docs/design.md section 10): the total edge weight (both directions,
+  duplicates summed) and the total vertex weight are at most ``2^63 - 1``; a float
+  total edge weight is finite. The constructors check this before summing anything,
+  so no CSR entry and no total can wrap.
 """
 from __future__ import annotations
 
@@ -17,8 +21,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import InputError
+from .limits import INT64_MAX, check_total, exact_sum
 
 _INT_EXACT = 2.0 ** 53  # float64 holds every integer up to here exactly
+
+
+def _plain(value) -> int | float:
+    """A numpy scalar as a Python number, for messages (``5``, not ``np.int64(5)``)."""
+    return int(value) if np.asarray(value).dtype.kind in "iub" else float(value)
 
 
 def _weights_dtype(values: np.ndarray) -> np.ndarray:
@@ -28,18 +38,27 @@ def _weights_dtype(values: np.ndarray) -> np.ndarray:
         values = values.astype(np.int64)
     if values.dtype.kind not in "iuf":
         raise InputError(f"edge weights must be numbers, got dtype {values.dtype}")
+    if values.dtype.kind == "f" and values.dtype != np.float64:
+        # float16 compared with 2^53 would overflow (a numpy warning); longdouble
+        # beyond float64 becomes inf here and is reported as not finite below
+        with np.errstate(over="ignore"):
+            values = values.astype(np.float64)
     if values.dtype.kind == "f":
         bad = ~np.isfinite(values)
         if bad.any():
-            raise InputError(f"edge weight {values[bad][0]!r} is not finite (entry {int(np.argmax(bad))})")
+            i = int(np.argmax(bad))
+            raise InputError(f"edge weight {float(values[i])} is not finite (entry {i})")
     if values.size and values.min() < 0:
-        raise InputError(f"negative edge weight {values.min()!r} (entry {int(np.argmin(values))})")
+        i = int(np.argmin(values))
+        raise InputError(f"negative edge weight {_plain(values[i])} (entry {i})")
     if values.dtype.kind == "f":
         if values.size == 0 or (np.all(values == np.floor(values)) and values.max() < _INT_EXACT):
             return values.astype(np.int64)
-        return values.astype(np.float64, copy=False)
-    if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
-        raise InputError("edge weight exceeds the int64 range")
+        return values
+    if values.dtype == np.uint64 and values.size and values.max() > INT64_MAX:
+        i = int(np.argmax(values))
+        raise InputError(f"edge weight {int(values[i]):,} (entry {i}) exceeds the int64 range "
+                         f"(at most {INT64_MAX:,})")
     return values.astype(np.int64, copy=False)
 
 
@@ -48,15 +67,23 @@ def _vertex_weights(vwgt, n: int) -> np.ndarray:
         return np.ones(n, dtype=np.int64)
     vwgt = np.asarray(vwgt)
     if vwgt.shape != (n,):
-        raise InputError(f"vertex weights have shape {vwgt.shape}, expected ({n},)")
+        raise InputError(f"vertex weights have shape {tuple(int(d) for d in vwgt.shape)}, "
+                         f"expected ({n},)")
     if vwgt.dtype.kind == "f":
         if not np.all(np.isfinite(vwgt)) or not np.all(vwgt == np.floor(vwgt)):
             raise InputError("vertex weights must be finite integers")
     elif vwgt.dtype.kind not in "iub":
         raise InputError(f"vertex weights must be integers, got dtype {vwgt.dtype}")
+    # the cast to int64 would wrap (float(INT64_MAX) is 2^63, itself out of range)
+    if n and (vwgt.max() >= 2.0**63 if vwgt.dtype.kind == "f" else
+              vwgt.dtype.kind == "u" and vwgt.max() > INT64_MAX):
+        i = int(np.argmax(vwgt))
+        raise InputError(f"vertex weight {_plain(vwgt[i]):,} (task {i}) exceeds the int64 range "
+                         f"(at most {INT64_MAX:,})")
     vwgt = vwgt.astype(np.int64)
     if n and vwgt.min() < 0:
         raise InputError(f"negative vertex weight {int(vwgt.min())} (task {int(np.argmin(vwgt))})")
+    check_total(exact_sum(vwgt), "total vertex weight")
     return vwgt
 
 
@@ -96,7 +123,8 @@ class CommGraph:
         if not sp.issparse(matrix):
             raise InputError("expected a scipy sparse matrix")
         if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
-            raise InputError(f"communication matrix must be square, got shape {matrix.shape}")
+            raise InputError("communication matrix must be square, got shape "
+                             f"{tuple(int(d) for d in matrix.shape)}")
         coo = matrix.tocoo()
         return cls.from_edges(coo.row, coo.col, coo.data, n=matrix.shape[0], vwgt=vwgt,
                               symmetric=symmetric)
@@ -150,6 +178,10 @@ class CommGraph:
         keep = src != dst
         if not keep.all():
             src, dst, weights = src[keep], dst[keep], weights[keep]
+        # Every stored entry is a sum of input weights, so a total that fits means no
+        # merged duplicate (and no later total) can wrap.
+        check_total(exact_sum(weights) * (1 if symmetric else 2),
+                    "total edge weight (both directions, duplicates summed)")
         exact = weights.dtype.kind == "i"
         if not symmetric and exact:
             # C + C^T in one conversion: both directions of every entry, summed by tocsr.
@@ -201,13 +233,14 @@ class CommGraph:
 
     @property
     def total_vertex_weight(self) -> int:
-        return int(self.vwgt.sum())
+        """Sum of the task weights, an exact ``int``."""
+        return exact_sum(self.vwgt)
 
     @property
     def total_edge_weight(self) -> float | int:
-        """Sum of ``adjwgt`` over all CSR entries (each undirected edge twice)."""
-        total = self.adjwgt.sum()
-        return int(total) if self.adjwgt.dtype.kind == "i" else float(total)
+        """Sum of ``adjwgt`` over all CSR entries (each undirected edge twice); an exact
+        ``int`` for integer weights (never wrapped, even for a graph built by hand)."""
+        return exact_sum(self.adjwgt)
 
     def edge_sources(self) -> np.ndarray:
         """Source task of every CSR entry (the extended CSR of the GPU-IM paper), int32."""
@@ -232,7 +265,7 @@ class CommGraph:
             return self
         extra = n - self.n
         xadj = np.concatenate([self.xadj, np.full(extra, self.xadj[-1], dtype=np.int64)])
-        vwgt = np.concatenate([self.vwgt, np.ones(extra, dtype=np.int64)])
+        vwgt = _vertex_weights(np.concatenate([self.vwgt, np.ones(extra, dtype=np.int64)]), n)
         return CommGraph(xadj, self.adjncy, self.adjwgt, vwgt)
 
     def same_as(self, other: "CommGraph") -> bool:

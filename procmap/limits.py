@@ -23,13 +23,16 @@ model (``procmap.topology``) and the launcher hooks can all use it.
 from __future__ import annotations
 
 import os
+import re
+import warnings
 
 import numpy as np
 
-from procmap.errors import InputError
+from procmap.errors import InputError, TopologyError
 
 __all__ = ["MAX_TASKS", "MAX_PES", "MAX_SLOTS", "MAX_SILENT_TASKS", "INT64_MAX",
-           "check_declared_tasks", "npy_header"]
+           "check_declared_tasks", "check_pes", "is_decimal_int", "is_decimal_number",
+           "npy_header", "npy_stream_header", "exact_sum", "check_total"]
 
 #: Largest number of tasks (task ids are int32 in ``adjncy``).
 MAX_TASKS = 2**31 - 2
@@ -69,6 +72,37 @@ def check_declared_tasks(declared: int, shown: int, what: str,
     return declared
 
 
+def check_pes(k: int, what: str) -> int:
+    """Check the number of PEs ``k`` of a machine (``what`` names it); return ``k``.
+
+    Called with the count computed from the description (Python ints, no overflow)
+    *before* any per-PE array exists. Raises :class:`~procmap.errors.TopologyError`
+    when ``k`` exceeds :data:`MAX_PES`.
+    """
+    if k > MAX_PES:
+        raise TopologyError(f"{what} has {k:,} PEs; procmap handles at most {MAX_PES:,}")
+    return k
+
+
+# Plain decimal notation: ASCII digits, an optional fraction and exponent. Python's
+# int() and float() also take "4_0" (as 40), surrounding white space and non-ASCII
+# digits ("\uff14" is 4), which have no place in a machine description.
+_DECIMAL_INT = re.compile(r"[0-9]+")
+_DECIMAL_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def is_decimal_int(text: str) -> bool:
+    """True when ``text`` is a non-negative integer in ASCII digits only (``"40"``, not
+    ``"4_0"``, ``"+40"``, ``" 40"`` or fullwidth digits); check it before ``int(text)``."""
+    return _DECIMAL_INT.fullmatch(text) is not None
+
+
+def is_decimal_number(text: str) -> bool:
+    """True when ``text`` is a non-negative number in plain ASCII notation (``"10"``,
+    ``"2.5"``, ``".5"``, ``"1e3"``); check it before ``float(text)``."""
+    return _DECIMAL_NUMBER.fullmatch(text) is not None
+
+
 def npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, bool]:
     """Read and check a ``.npy`` file's header without loading its data.
 
@@ -80,29 +114,98 @@ def npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, bool
     name = os.fspath(path)
     try:
         with open(name, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
+            size = os.fstat(fh.fileno()).st_size
+            shape, dtype, fortran, _ = npy_stream_header(fh, size, name)
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", name) from None
+    return shape, dtype, fortran
+
+
+def npy_stream_header(stream, size: int | None, name: str | os.PathLike
+                      ) -> tuple[tuple[int, ...], np.dtype, bool, int]:
+    """:func:`npy_header` for an open binary ``stream`` positioned at the start of a
+    ``.npy`` of ``size`` bytes (a file, or a member of an ``.npz`` archive).
+
+    Returns ``(shape, dtype, fortran_order, data_offset)``; errors name ``name``.
+    ``size=None`` leaves the data size to the caller (one that demands it exactly).
+    """
+    try:
+        with warnings.catch_warnings():
+            # numpy warns about headers that look written by Python 2; reading them is fine
+            warnings.simplefilter("ignore")
+            version = np.lib.format.read_magic(stream)
             if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
             elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
             else:
                 raise InputError(f"unsupported .npy format version {version[0]}.{version[1]}",
                                  name)
-            offset = fh.tell()
-            size = os.fstat(fh.fileno()).st_size
+        offset = stream.tell()
     except InputError:
         raise
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror or exc}", name) from None
-    except (ValueError, SyntaxError, TypeError) as exc:
-        raise InputError(f"not a valid .npy file ({str(exc).splitlines()[0]})", name) from None
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        # numpy's header parser (ast.literal_eval behind a tokenize pass) raises a
+        # version-dependent mix of ValueError, SyntaxError, TokenError, ...
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise InputError(f"not a valid .npy file ({text})", name) from None
     if dtype.hasobject:
         raise InputError("holds Python objects; procmap reads numeric arrays only", name)
     if any(int(d) < 0 for d in shape):
-        raise InputError(f"header declares a negative dimension in shape {tuple(shape)}", name)
+        raise InputError("header declares a negative dimension in shape "
+                         f"{tuple(int(d) for d in shape)}", name)
     promised = dtype.itemsize * int(np.prod([int(d) for d in shape], dtype=object))
-    if promised > size - offset:
+    if size is not None and promised > size - offset:
         raise InputError(f"header declares shape {tuple(int(d) for d in shape)} of {dtype} "
-                         f"({promised:,} bytes) but the file holds {size - offset:,} bytes "
-                         "of data", name)
-    return tuple(int(d) for d in shape), dtype, bool(fortran)
+                         f"({promised:,} bytes) but the file holds {max(size - offset, 0):,} "
+                         "bytes of data", name)
+    return tuple(int(d) for d in shape), dtype, bool(fortran), int(offset)
+
+
+# ------------------------------------------------------------------------------ totals
+def exact_sum(values) -> int | float:
+    """The sum of ``values`` without wrapping: a Python ``int`` for integer (and bool)
+    arrays, exact however large; a ``float`` (possibly ``inf``) for float arrays.
+
+    Cheap where nothing can wrap (``size * max|v| <= 2^62``: one int64 sum);
+    otherwise the 32-bit halves of the values are summed separately, which cannot
+    overflow, in chunks of 2^30 entries. No Python loop over the entries.
+    """
+    values = np.asarray(values)
+    if values.dtype.kind == "b":
+        return int(np.count_nonzero(values))
+    if values.dtype.kind not in "iu":
+        with np.errstate(over="ignore", invalid="ignore"):
+            return float(values.sum(dtype=np.float64))
+    if values.size == 0:
+        return 0
+    if values.dtype.itemsize < 8:
+        values = values.astype(np.int64)  # exact; shifts below need 64-bit lanes
+    largest = max(abs(int(values.min())), abs(int(values.max())))
+    if largest * values.size <= 2**62:
+        return int(values.sum())
+    total = 0
+    for start in range(0, values.size, 2**30):
+        chunk = values.ravel()[start:start + 2**30]
+        total += (int((chunk >> 32).sum()) << 32) + int((chunk & 0xFFFFFFFF).sum())
+    return total
+
+
+def check_total(total: int | float, what: str, path: str | os.PathLike | None = None,
+                line: int | None = None) -> int | float:
+    """Check a total from :func:`exact_sum` (or a product of totals); return it.
+
+    An ``int`` must be at most :data:`INT64_MAX` (int64 arrays and kernels hold it),
+    a ``float`` must be finite. ``what`` names the total for the message
+    (``"total vertex weight"``). Raises :class:`InputError` otherwise.
+    """
+    if isinstance(total, int):
+        if total > INT64_MAX:
+            raise InputError(f"{what} {total:,} exceeds the int64 range (at most "
+                             f"{INT64_MAX:,})", path, line)
+    elif not np.isfinite(total):
+        raise InputError(f"{what} exceeds the float64 range (at most "
+                         f"{np.finfo(np.float64).max:.4g})", path, line)
+    return total

@@ -13,6 +13,7 @@ import numpy as np
 
 from procmap.errors import CapacityError, InputError
 from procmap.kernels import level_traffic, matrix_cost, pe_loads
+from procmap.limits import INT64_MAX, check_total
 
 from .graph import CommGraph
 
@@ -26,8 +27,55 @@ def _exact(value):
 
 
 def max_block_weight(total_weight: int, k: int, eps: float) -> int:
-    """``L_max = ceil((1 + eps) * c(V) / k)`` (SharedMap / GPU-HeiPa convention)."""
-    return math.ceil((1.0 + eps) * total_weight / k)
+    """``L_max = ceil((1 + eps) * c(V) / k)`` (SharedMap / GPU-HeiPa convention).
+
+    Capped at ``2^63 - 1``: the kernels hold it in int64, and no block can weigh more
+    than the total, which the graph keeps at or below that bound.
+    """
+    return min(math.ceil((1.0 + eps) * total_weight / k), INT64_MAX)
+
+
+def largest_distance(topology) -> float:
+    """The largest distance between two PEs of ``topology`` (a hierarchy's top level
+    distance, or the largest entry of an explicit distance matrix); 0 for one PE."""
+    if hasattr(topology, "prefix_sizes"):
+        return float(max(topology.distances, default=0.0))
+    matrix = topology.distance_matrix()
+    return float(matrix.max()) if matrix.size else 0.0
+
+
+def check_objective_range(graph: CommGraph, max_distance: float) -> None:
+    """Check that no mapping's J can leave the range it is computed in.
+
+    ``J <= total edge weight (both directions) x max_distance`` for every mapping.
+    With integer volumes J, the cut and the kernels' gains are int64 sums, so the
+    bound must be at most ``2^63 - 1``; with float volumes it must be finite.
+    ``max_distance`` comes from :func:`largest_distance`. Call this where a graph
+    meets a topology, before any kernel runs; raises :class:`InputError` with the
+    numbers (scale the volumes down, e.g. bytes to KiB, to fix it).
+    """
+    total = graph.total_edge_weight  # exact: never wrapped
+    if graph.adjwgt.dtype.kind in "iu":
+        bound = total * (int(max_distance) if float(max_distance).is_integer()
+                         else float(max_distance))
+        if bound > INT64_MAX:
+            raise InputError(f"J can reach {total:,} (total edge weight, both directions) x "
+                             f"{_show_distance(max_distance)} (largest distance) = "
+                             f"{_show_bound(bound)}, beyond the int64 range (at most "
+                             f"{INT64_MAX:,}); scale the volumes down (e.g. bytes to KiB)")
+    else:
+        check_total(float(total) * float(max_distance),
+                    f"J's bound, total edge weight {float(total):.6g} x largest distance "
+                    f"{_show_distance(max_distance)},")
+
+
+def _show_distance(d: float) -> str:
+    d = float(d)
+    return str(int(d)) if d.is_integer() else repr(d)
+
+
+def _show_bound(bound: int | float) -> str:
+    return f"{bound:,}" if isinstance(bound, int) else f"{bound:.6g}"
 
 
 def is_rank_placement(graph: CommGraph, topology) -> bool:
@@ -101,6 +149,7 @@ def evaluate(graph: CommGraph, topology, pes, *, eps: float = 0.03) -> Evaluatio
     ``eps`` sets ``L_max`` in partition mode.
     """
     pes = check_mapping(pes, graph, topology)
+    check_objective_range(graph, largest_distance(topology))
     k = topology.k
     if hasattr(topology, "prefix_sizes"):
         traffic = level_traffic(graph.xadj, graph.adjncy, graph.adjwgt, pes, topology.prefix_sizes)

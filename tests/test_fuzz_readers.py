@@ -3,10 +3,19 @@
 Inputs are random bytes and mutated valid files (bit flips, truncation, inserted
 garbage, deleted or duplicated lines, swapped digits). Any other exception
 (IndexError, ValueError from numpy, MemoryError, ...) fails the test.
+
+Huge declared sizes (issue 20 section 3) go through the CLI in a subprocess under
+an address-space limit: a few bytes that declare 2^31 tasks must cost one error
+line and exit status 2, quickly, never a multi-GB allocation.
 """
 from __future__ import annotations
 
 import io
+import resource
+import subprocess
+import sys
+import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -166,3 +175,89 @@ def test_valid_files_of_another_format(fuzz_dir, fmt, data):
     """A file of one format fed to another reader (the classic wrong-extension mistake)."""
     other = data.draw(st.sampled_from([f for f in FORMATS if f != fmt]))
     check_reader(fuzz_dir, fmt, data.draw(st.sampled_from(VALID[other])))
+
+
+# --------------------------------------------------------- huge declared sizes (CLI)
+#: Address-space limit of the CLI runs: numba and llvmlite import under it (the CLI
+#: needs about 1 GiB of address space), far below the 7-16 GiB the headers declare.
+CLI_ADDRESS_SPACE = 3 << 30
+
+
+def _npy_header(shape_text: str, data: bytes = b"") -> bytes:
+    """A hand-crafted version-1.0 ``.npy`` header declaring ``shape_text``."""
+    header = ("{'descr': '<f8', 'fortran_order': False, 'shape': " + shape_text + ", }").encode()
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + data
+
+
+def _npz_with_shape(shape: tuple[int, int]) -> bytes:
+    """A one-entry COO matrix saved by scipy, its ``shape.npy`` replaced by ``shape``."""
+    members = {}
+    with zipfile.ZipFile(io.BytesIO(_npz_bytes(sp.coo_matrix(_DENSE), False))) as archive:
+        for name in archive.namelist():
+            members[name] = archive.read(name)
+    members["shape.npy"] = _npy_bytes(np.array(shape, dtype=np.int64))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return out.getvalue()
+
+
+#: One file per reader whose header (or ids) declares far more than its content shows.
+HUGE = {
+    "comm-header": ("h.comm", b"# tasks: 2000000000\n0 1 5\n"),
+    "comm-ids": ("i.comm", b"0 2147483645 5\n"),
+    "mtx-size": ("s.mtx", b"%%MatrixMarket matrix coordinate integer general\n"
+                          b"2147483646 2147483646 1\n1 2 3\n"),
+    "metis-header": ("n.graph", b"2147483646 1\n2\n1\n"),
+    "npz-shape": ("s.npz", _npz_with_shape((2 * 10**9, 2 * 10**9))),
+    "prof-procs": ("p.prof", b"D\tMPI_COMM_WORLD\tprocs: 0,2000000000\n"),
+    "npy-shape": ("s.npy", _npy_header("(100000, 100000)")),
+    "npy-negative": ("m.npy", _npy_header("(-1, -1)", b"\0" * 8)),
+}
+
+
+def _run_cli(path: str) -> tuple[subprocess.CompletedProcess, float, float]:
+    """``procmap eval path`` under :data:`CLI_ADDRESS_SPACE`; returns (result, wall s, CPU s)."""
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (CLI_ADDRESS_SPACE, CLI_ADDRESS_SPACE))
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "procmap", "eval", path, "-H", "4:8",
+                             "--baseline", "block"], capture_output=True, text=True,
+                            preexec_fn=limit_memory, timeout=120)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return result, wall, cpu
+
+
+@pytest.fixture(scope="module")
+def cli_baseline(tmp_path_factory) -> tuple[float, float]:
+    """Wall and CPU seconds of ``procmap eval`` on a trivial valid file (mostly start-up)."""
+    path = tmp_path_factory.mktemp("cli") / "ok.comm"
+    path.write_bytes(b"0 1 5\n1 2 3\n")
+    result, wall, cpu = _run_cli(str(path))
+    assert result.returncode == 0, result.stderr
+    print(f"\nbaseline (valid .comm): wall {wall:.2f} s, CPU {cpu:.2f} s")
+    return wall, cpu
+
+
+@pytest.mark.parametrize("case", sorted(HUGE))
+def test_huge_declared_size_is_one_error_line_through_the_cli(tmp_path, cli_baseline, case):
+    name, data = HUGE[case]
+    path = tmp_path / name
+    path.write_bytes(data)
+    result, wall, cpu = _run_cli(str(path))
+    print(f"{case}: wall {wall:.2f} s, CPU {cpu:.2f} s: {result.stderr.strip()[:120]}")
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith(f"procmap: error: {path}"), result.stderr
+    assert result.stdout == ""
+    base_wall, base_cpu = cli_baseline
+    # CPU time does not depend on other jobs sharing the machine: at most 2 s of work
+    # beyond what a valid file costs (interpreter and import); wall time, generously
+    assert cpu < base_cpu + 2.0, f"{cpu:.2f} s CPU vs {base_cpu:.2f} s for a valid file"
+    assert wall < base_wall + 10.0, f"{wall:.2f} s vs {base_wall:.2f} s for a valid file"

@@ -19,12 +19,16 @@ def _metis_edge_weights(adjwgt: np.ndarray) -> np.ndarray | None:
     if adjwgt.size == 0:
         return None
     w = adjwgt.astype(np.float64)
-    total = w.sum()
-    scale = 1.0
-    if adjwgt.dtype.kind == "f" or total > _METIS_WEIGHT_BUDGET:
-        # keep relative weights, about 2^30 in total, every edge at least 1
-        scale = min(1e6 / max(w.max(), 1e-300), _METIS_WEIGHT_BUDGET / max(total, 1e-300))
-    out = np.maximum(1, np.rint(w * scale)).astype(np.int64)
+    if adjwgt.dtype.kind == "f" or w.sum() > _METIS_WEIGHT_BUDGET:
+        # Keep relative weights, about 2^30 in total, every edge at least 1. Dividing by
+        # the largest weight first keeps every quotient finite, even for weights near
+        # the smallest float (1e-300 / 1e-300 = 1, where 2^30 / 1e-300 overflows).
+        wmax = w.max()
+        if wmax <= 0:
+            return None
+        w = w / wmax
+        w *= min(1e6, _METIS_WEIGHT_BUDGET / w.sum())
+    out = np.maximum(1, np.rint(w)).astype(np.int64)
     if np.all(out == 1):
         return None
     return out

@@ -8,11 +8,15 @@ Layout::
     1 0 80000
     2 5 1.5e3
 
-* Ranks are 0-based. ``volume`` is any finite number >= 0 (integers stay int64).
+* Ranks are 0-based. ``volume`` is any finite number >= 0 (integers stay int64,
+  exactly, up to 2^63 - 1; the total of all volumes, both directions, must fit too).
 * Entries are *directed* (row = sender) and summed into ``C + C^T``: the two
   lines above give the undirected pair 0-1 the weight 160800. Repeated lines add up.
 * The number of tasks is ``max rank + 1`` unless a ``# tasks: N`` line in the
-  leading comment block says more (ranks that never communicate).
+  leading comment block says more (ranks that never communicate). Either may exceed
+  the number of ranks the entries can show (twice the entries) by at most
+  ``procmap.limits.MAX_SILENT_TASKS``: a tiny file never makes procmap allocate
+  gigabytes.
 * Vertex weights are not stored: every task reads back with weight 1.
 
 The writer lists every undirected pair once (``u < v``) with its symmetrised
@@ -32,12 +36,11 @@ import numpy as np
 
 from procmap.errors import FormatError, InputError
 from procmap.graph import CommGraph
+from procmap.limits import MAX_TASKS, check_declared_tasks
 
 from .atomic import as_format_error, atomic_write, read_bytes
-from .tokenizer import tokenize
+from .tokenizer import show_number, tokenize
 
-#: Largest task count a CommGraph can hold (int32 neighbour ids).
-MAX_TASKS = 2**31 - 2
 #: Integers up to here are exact in the tokenizer's float64 values.
 _EXACT_INT = 2.0**53
 
@@ -50,13 +53,15 @@ _BAD_SRC, _BAD_DST, _BAD_VOLUME = 1, 2, 3
 
 
 @nb.njit(cache=True, nogil=True)
-def _split_entries(values, limit):
+def _split_entries(values, integer_text, limit):
     """Split flat ``src dst volume`` triples into columns and validate them in one pass.
 
     Returns ``(src, dst, int volume, float volume, problem, entry, integral)``:
     ``problem`` is 0 or one of ``_BAD_*`` for the first bad ``entry``; the int64
     volume column is valid when ``integral`` (every volume a whole number that
-    float64 holds exactly), which spares CommGraph a conversion pass.
+    float64 holds exactly, or one written as an integer), which spares CommGraph a
+    conversion pass. Volumes beyond 2^53 are left 0 there: the caller fills in
+    their exact values from the tokenizer.
     """
     count = values.size // 3
     src = np.empty(count, dtype=np.int64)
@@ -81,6 +86,8 @@ def _split_entries(values, limit):
         if integral:
             if w == np.floor(w) and w < _EXACT_INT:
                 int_volume[e] = np.int64(w)
+            elif integer_text[3 * e + 2]:
+                int_volume[e] = 0  # beyond 2^53: exact value from Tokens.big_value
             else:
                 integral = False
     return src, dst, int_volume, float_volume, 0, 0, integral
@@ -109,7 +116,8 @@ def _tasks_directive(data: bytes, path) -> tuple[int | None, int | None]:
         if match is None:
             continue
         text = match.group(1)
-        if not text.isdigit() or int(text) > MAX_TASKS:
+        # (digit count first: int() refuses strings of over 4300 digits)
+        if not (text.isdigit() and text.isascii()) or len(text) > 12 or int(text) > MAX_TASKS:
             shown = text.decode("utf-8", "replace")
             raise FormatError(f"'# tasks:' needs a task count between 0 and {MAX_TASKS}, "
                               f"got {shown!r}", path, line_no)
@@ -156,13 +164,43 @@ def read_comm(path: str | os.PathLike) -> CommGraph:
         if tasks == 0:
             raise FormatError("empty graph: '# tasks: 0' and no entries", path, tasks_line)
     limit = MAX_TASKS if tasks is None else tasks
-    src, dst, int_volume, float_volume, problem, i, integral = _split_entries(tokens.values, limit)
+    src, dst, int_volume, float_volume, problem, i, integral = _split_entries(
+        tokens.values, tokens.integer_text, limit)
     if problem:
         raise FormatError(_entry_problem(tokens.values[3 * i:3 * i + 3], problem, tasks, tasks_line),
                           path, int(tokens.line_no[i]))
-    volume = int_volume if integral else float_volume
+    _check_task_count(src, dst, tasks, tasks_line, tokens, path)
+    if integral:
+        volume = int_volume
+        big = tokens.big_index % 3 == 2  # integer volumes beyond 2^53, exactly
+        volume[tokens.big_index[big] // 3] = tokens.big_value[big]
+    else:
+        volume = float_volume
     try:
         return CommGraph.from_edges(src, dst, volume, n=tasks)
+    except InputError as exc:
+        raise as_format_error(exc, path) from None
+
+
+def _check_task_count(src: np.ndarray, dst: np.ndarray, tasks: int | None,
+                      tasks_line: int | None, tokens, path) -> None:
+    """The task count (largest rank + 1, or ``# tasks:``) against what the entries show.
+
+    ``E`` entries show at most ``2E`` ranks; ranks that never communicate are fine,
+    but at most ``MAX_SILENT_TASKS`` of them (``procmap.limits``): ``0 2147483645 5``
+    alone must not make procmap allocate CSR arrays for 2^31 tasks.
+    """
+    implied = 0
+    try:
+        if src.size:
+            top = np.maximum(src, dst)
+            e = int(np.argmax(top))
+            implied = int(top[e]) + 1
+            check_declared_tasks(implied, min(implied, 2 * src.size),
+                                 f"rank {implied - 1} (the largest)", path, int(tokens.line_no[e]))
+        if tasks is not None:
+            check_declared_tasks(tasks, min(implied, 2 * src.size), "header '# tasks:'", path,
+                                 tasks_line)
     except InputError as exc:
         raise as_format_error(exc, path) from None
 
@@ -232,14 +270,6 @@ def format_int_lines(values: np.ndarray, line_start: np.ndarray, sep: str = " ")
     values = np.ascontiguousarray(values, dtype=np.int64)
     line_start = np.ascontiguousarray(line_start, dtype=np.int64)
     return _format_int_lines(values, line_start, ord(sep)).tobytes()
-
-
-def show_number(value) -> str:
-    """A number for an error message: ``4`` for integral values, else the float's repr."""
-    value = float(value)
-    if value.is_integer() and abs(value) < 1e16:
-        return str(int(value))
-    return repr(value)
 
 
 def format_float_triples(first: np.ndarray, second: np.ndarray, value: np.ndarray) -> bytes:

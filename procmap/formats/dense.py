@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import io
 import os
-import warnings
 
 import numpy as np
 
 from procmap.errors import FormatError, InputError, ProcmapError
 from procmap.graph import CommGraph
+from procmap.limits import MAX_TASKS, npy_stream_header
 
 from .atomic import as_format_error, atomic_write, read_bytes
-from .comm import MAX_TASKS, format_int_lines, show_number
+from .comm import format_int_lines, show_number
 from .tokenizer import tokenize
 
 #: Refuse to build dense matrices larger than this (bytes); use a sparse format.
@@ -49,25 +49,13 @@ def read_npy(path: str | os.PathLike) -> CommGraph:
     header promises), so a corrupt file cannot trigger a huge allocation.
     """
     data = read_bytes(path)
-    stream = io.BytesIO(data)
     try:
-        version = np.lib.format.read_magic(stream)
-        with warnings.catch_warnings():
-            # numpy warns about headers that look written by Python 2; we only read them
-            warnings.simplefilter("ignore")
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
-            else:
-                raise FormatError(f".npy version {version[0]}.{version[1]} is not supported", path)
-    except (FormatError, MemoryError):
-        raise
-    except Exception as exc:  # noqa: BLE001
-        # numpy's header parser (ast.literal_eval behind a Python tokenize pass) raises a
-        # version-dependent mix of ValueError, SyntaxError, tokenize.TokenError, ...
-        raise FormatError(f"not a valid .npy file: {_one_line(exc)}", path) from None
-    if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biuf":
+        # negative dimensions and pickles end here; the data size is checked below,
+        # exactly (the whole file is read already: nothing of the promised size exists)
+        shape, dtype, fortran, offset = npy_stream_header(io.BytesIO(data), None, path)
+    except InputError as exc:
+        raise as_format_error(exc, path) from None
+    if dtype.fields is not None or dtype.kind not in "biuf":
         raise FormatError(f".npy dtype {dtype} is not a plain numeric type", path)
     if len(shape) != 2 or shape[0] != shape[1]:
         raise FormatError(f"communication matrix must be square (n x n), got shape {shape}", path)
@@ -75,19 +63,14 @@ def read_npy(path: str | os.PathLike) -> CommGraph:
     if n == 0:
         raise FormatError("empty graph: 0 x 0 matrix", path)
     if n > MAX_TASKS:
-        raise FormatError(f"{n} rows exceed the supported {MAX_TASKS} tasks", path)
-    offset = stream.tell()
+        raise FormatError(f"{n:,} rows exceed the supported {MAX_TASKS:,} tasks", path)
     needed = n * n * dtype.itemsize
     if len(data) - offset != needed:
-        raise FormatError(f"header promises {needed} data bytes ({n} x {n} {dtype}), file holds "
-                          f"{len(data) - offset}", path)
+        raise FormatError(f"header promises {needed:,} data bytes ({n} x {n} {dtype}), file "
+                          f"holds {len(data) - offset:,}", path)
     matrix = np.frombuffer(data, dtype=dtype, count=n * n, offset=offset)
     matrix = matrix.reshape((n, n), order="F" if fortran else "C")
     return _graph_from_matrix(matrix, path)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _upper_dense(graph: CommGraph) -> np.ndarray:
@@ -148,13 +131,14 @@ def read_dense_text(path: str | os.PathLike, *, allow_header: bool | None = None
     if n == 0:
         raise FormatError("empty graph: no numbers in the matrix rows", path)
     if n > MAX_TASKS or n * n * 8 > MAX_DENSE_BYTES:
-        raise FormatError(f"a dense {n} x {n} matrix is too large; use .comm, .mtx or .npz", path)
+        raise FormatError(f"a dense {n:,} x {n:,} matrix is too large; use .comm, .mtx or .npz",
+                          path)
     counts = tokens.counts()
     wrong = np.flatnonzero(counts != n)
     if wrong.size:
         i = wrong[0]
-        raise FormatError(f"row has {counts[i]} values, expected {n} (the matrix has {n} rows)",
-                          path, int(tokens.line_no[i]))
+        raise FormatError(f"row has {int(counts[i]):,} values, expected {n:,} (the matrix has "
+                          f"{n:,} rows)", path, int(tokens.line_no[i]))
     values = tokens.values
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if bad.size:
@@ -165,10 +149,21 @@ def read_dense_text(path: str | os.PathLike, *, allow_header: bool | None = None
 
 
 def _numeric(line: bytes) -> bool:
-    """Whether ``line`` tokenizes as numbers (else it is a header row)."""
+    """Whether ``line`` is a row of numbers rather than a header of column labels.
+
+    A row whose every field Python reads as a float counts as numbers even where
+    the tokenizer refuses a field (``nan``, ``inf``): the row is then reported as
+    holding a non-finite value, not mistaken for a header.
+    """
+    text = line.split(b"#", 1)[0]
+    fields = text.split(b",") if b"," in text else text.split()
+    return all(_is_float(field) for field in fields if field.strip())
+
+
+def _is_float(field: bytes) -> bool:
     try:
-        tokenize(line, sep="," if b"," in line else None)
-    except FormatError:
+        float(field)
+    except ValueError:
         return False
     return True
 

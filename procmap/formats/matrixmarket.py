@@ -12,6 +12,10 @@ Read:
   the graph is ``S``, not ``2S``.
 * ``complex``, ``hermitian``, ``skew-symmetric`` (negative volumes) and vectors
   are rejected; the matrix must be square. Diagonal entries (self traffic) drop.
+* As the MatrixMarket spec says, the size line and the indices are integers and an
+  ``integer`` field holds integers: ``1e3`` or ``5.0`` there is an error, and values
+  are read exactly up to 2^63 - 1. The size may exceed the rows the entries show
+  (twice the entries) by at most ``procmap.limits.MAX_SILENT_TASKS``.
 
 Written: ``coordinate integer|real symmetric``, lower triangle, so a write-read
 round trip returns the same graph (vertex weights are not stored).
@@ -28,9 +32,10 @@ import numpy as np
 
 from procmap.errors import FormatError, InputError
 from procmap.graph import CommGraph
+from procmap.limits import INT64_MAX, MAX_TASKS, check_declared_tasks
 
 from .atomic import as_format_error, atomic_write, read_bytes
-from .comm import MAX_TASKS, format_float_triples, format_int_lines, show_number
+from .comm import format_float_triples, format_int_lines, show_number
 from .tokenizer import tokenize
 
 _BANNER = "%%matrixmarket"
@@ -69,25 +74,27 @@ def read_mtx(path: str | os.PathLike) -> CommGraph:
     if tokens.nlines == 0:
         raise FormatError("missing size line", path)
     counts = tokens.counts()
-    size = tokens.line(0)
+    size_positions = tokens.positions(0)
     size_line = int(tokens.line_no[0])
     want = 3 if layout == "coordinate" else 2
-    if size.size != want or np.any((size < 0) | (size != np.floor(size))):
+    if (size_positions.size != want
+            or tokens.bad_integer(size_positions, 0, INT64_MAX, written=True) >= 0):
         expected = "'rows cols entries'" if layout == "coordinate" else "'rows cols'"
         raise FormatError(f"size line must be {expected} (non-negative integers)", path, size_line)
-    rows, cols = int(size[0]), int(size[1])
+    size = tokens.integers(size_positions).tolist()
+    rows, cols = size[0], size[1]
     if rows != cols:
-        raise FormatError(f"communication matrix must be square, got {rows} x {cols}", path,
+        raise FormatError(f"communication matrix must be square, got {rows:,} x {cols:,}", path,
                           size_line)
     n = rows
     if n == 0:
         raise FormatError("empty graph: 0 x 0 matrix", path, size_line)
     if n > MAX_TASKS:
-        raise FormatError(f"{n} rows exceed the supported {MAX_TASKS} tasks", path, size_line)
+        raise FormatError(f"{n:,} rows exceed the supported {MAX_TASKS:,} tasks", path, size_line)
 
     body = np.arange(1, tokens.nlines)
     if layout == "coordinate":
-        expected_entries = int(size[2])
+        expected_entries = size[2]
         per_line = 2 if field == "pattern" else 3
     else:
         expected_entries = n * n if symmetry == "general" else n * (n + 1) // 2
@@ -99,12 +106,21 @@ def read_mtx(path: str | os.PathLike) -> CommGraph:
                           int(tokens.line_no[i]))
     if body.size != expected_entries:
         if body.size > expected_entries:
-            raise FormatError(f"more entries than the {expected_entries} the size line announces",
-                              path, int(tokens.line_no[body[expected_entries]]))
-        raise FormatError(f"size line announces {expected_entries} entries, found {body.size}",
-                          path, size_line)
-    entries = tokens.values[tokens.line_start[1]:].reshape(-1, per_line)
+            raise FormatError(f"more entries than the {expected_entries:,} the size line "
+                              "announces", path, int(tokens.line_no[body[expected_entries]]))
+        raise FormatError(f"size line announces {expected_entries:,} entries, found "
+                          f"{body.size:,}", path, size_line)
+    # the entries are real now; rows they cannot show are ranks that never communicate
+    shown = n if layout == "array" else min(n, 2 * body.size)
+    try:
+        check_declared_tasks(n, shown, "size line", path, size_line)
+    except InputError as exc:
+        raise as_format_error(exc, path) from None
+    first = int(tokens.line_start[1])  # the first token after the size line
+    entries = tokens.values[first:].reshape(-1, per_line)
     entry_line = tokens.line_no[1:]
+    # token index of each entry's value (its last token)
+    value_index = first + per_line * np.arange(body.size, dtype=np.int64) + per_line - 1
 
     if layout == "coordinate":
         ids = entries[:, :2]
@@ -113,10 +129,13 @@ def read_mtx(path: str | os.PathLike) -> CommGraph:
             i = bad[0]
             pair = f"({show_number(entries[i, 0])}, {show_number(entries[i, 1])})"
             raise FormatError(f"index pair {pair} outside 1..{n}", path, int(entry_line[i]))
-        volume = np.ones(len(entries)) if field == "pattern" else entries[:, 2]
+        volume = np.ones(len(entries), dtype=np.int64) if field == "pattern" else entries[:, 2]
     else:
         volume = entries[:, 0]
-    _check_volumes(volume, field, entry_line, path)
+    if field == "integer":
+        volume = _integer_volumes(tokens, value_index, entry_line, path)
+    elif field == "real":
+        _check_volumes(volume, entry_line, path)
 
     if layout == "coordinate":
         src = entries[:, 0].astype(np.int64) - 1
@@ -136,15 +155,23 @@ def read_mtx(path: str | os.PathLike) -> CommGraph:
         raise as_format_error(exc, path) from None
 
 
-def _check_volumes(volume: np.ndarray, field: str, line_no: np.ndarray, path) -> None:
-    bad = ~np.isfinite(volume) | (volume < 0)
-    if field == "integer":
-        bad |= volume != np.floor(volume)
-    hits = np.flatnonzero(bad)
+def _integer_volumes(tokens, value_index: np.ndarray, line_no: np.ndarray, path) -> np.ndarray:
+    """The values of an ``integer`` field, exactly: integers written as such, 0..2^63-1."""
+    i = tokens.bad_integer(value_index, 0, INT64_MAX, written=True)
+    if i >= 0:
+        raise FormatError(f"value {tokens.token_text(value_index[i])} must be an integer in "
+                          "0..2^63-1 (the banner declares an 'integer' field)", path,
+                          int(line_no[i]))
+    return tokens.integers(value_index)
+
+
+def _check_volumes(volume: np.ndarray, line_no: np.ndarray, path) -> None:
+    """The values of a ``real`` field: finite and >= 0."""
+    hits = np.flatnonzero(~np.isfinite(volume) | (volume < 0))
     if hits.size:
         i = hits[0]
-        kind = "an integer >= 0" if field == "integer" else "a finite number >= 0"
-        raise FormatError(f"value {show_number(volume[i])} must be {kind}", path, int(line_no[i]))
+        raise FormatError(f"value {show_number(volume[i])} must be a finite number >= 0", path,
+                          int(line_no[i]))
 
 
 def write_mtx(graph: CommGraph, path: str | os.PathLike) -> None:

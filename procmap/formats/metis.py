@@ -21,8 +21,9 @@ Decisions (documented for users):
   other constraints would change the problem.
 * Self loops are dropped without error (a rank talking to itself costs
   nothing). The header's ``m`` may count them or not: both are accepted.
-* Weights must be integers >= 0, as METIS requires; duplicate neighbours in one
-  line are an error (METIS' ``graphchk`` rejects them too).
+* Weights must be integers >= 0, as METIS requires, up to 2^63 - 1 (read exactly,
+  never through float64); their totals must fit in int64 too. Duplicate neighbours
+  in one line are an error (METIS' ``graphchk`` rejects them too).
 
 The writer always writes the 3-digit ``fmt`` (``001``, or ``011`` when some
 vertex weight differs from 1) and needs integer edge weights.
@@ -36,38 +37,35 @@ import scipy.sparse as sp
 
 from procmap.errors import FormatError, InputError
 from procmap.graph import CommGraph
+from procmap.limits import INT64_MAX, MAX_TASKS
 
 from .atomic import as_format_error, atomic_write, read_bytes
-from .comm import MAX_TASKS, format_int_lines, show_number
+from .comm import format_int_lines, show_number
 from .tokenizer import tokenize
 
 _VALID_FMT = (0, 1, 10, 11, 100, 101, 110, 111)
-_EXACT_INT = 2.0**53
-
-
-def _first_bad_integer(values: np.ndarray, low: float, high: float) -> int:
-    """Index of the first value that is not an integer in ``[low, high]``, or -1."""
-    bad = ~((values >= low) & (values <= high) & (values == np.floor(values)))
-    hits = np.flatnonzero(bad)
-    return int(hits[0]) if hits.size else -1
 
 
 def _parse_header(tokens, index: int, path) -> tuple[int, int, int, int]:
-    """Validate the header line ``n m [fmt [ncon]]``; return ``(n, m, fmt, ncon)``."""
-    header = tokens.line(index)
+    """Validate the header line ``n m [fmt [ncon]]``; return ``(n, m, fmt, ncon)``.
+
+    Checked before anything of size ``n`` or ``m`` exists.
+    """
+    positions = tokens.positions(index)
     line = int(tokens.line_no[index])
-    if not 2 <= header.size <= 4:
-        raise FormatError(f"header must be 'n m [fmt [ncon]]', found {header.size} numbers",
+    if not 2 <= positions.size <= 4:
+        raise FormatError(f"header must be 'n m [fmt [ncon]]', found {positions.size} numbers",
                           path, line)
-    if _first_bad_integer(header, 0, MAX_TASKS * float(MAX_TASKS)) >= 0:
+    if tokens.bad_integer(positions, 0, INT64_MAX) >= 0:
         raise FormatError("header 'n m [fmt [ncon]]' must hold non-negative integers", path, line)
-    n, m = int(header[0]), int(header[1])
-    fmt = int(header[2]) if header.size > 2 else 0
+    header = tokens.integers(positions).tolist()
+    n, m = header[0], header[1]
+    fmt = header[2] if len(header) > 2 else 0
     if fmt not in _VALID_FMT:
         raise FormatError(f"fmt {fmt} is not a METIS format flag (digits 0/1: sizes, vertex "
                           "weights, edge weights, e.g. 011)", path, line)
-    ncon = int(header[3]) if header.size > 3 else 1
-    if header.size > 3 and (fmt // 10) % 10 == 0:
+    ncon = header[3] if len(header) > 3 else 1
+    if len(header) > 3 and (fmt // 10) % 10 == 0:
         raise FormatError(f"ncon = {ncon} given but fmt {fmt:03d} has no vertex weights", path, line)
     if ncon != 1:
         raise FormatError(f"ncon = {ncon}: multi-constraint vertex weights are not supported "
@@ -75,7 +73,7 @@ def _parse_header(tokens, index: int, path) -> tuple[int, int, int, int]:
     if n == 0:
         raise FormatError("empty graph: n = 0", path, line)
     if n > MAX_TASKS:
-        raise FormatError(f"n = {n} exceeds the supported {MAX_TASKS} tasks", path, line)
+        raise FormatError(f"n = {n:,} exceeds the supported {MAX_TASKS:,} tasks", path, line)
     return n, m, fmt, ncon
 
 
@@ -101,9 +99,9 @@ def read_metis(path: str | os.PathLike) -> CommGraph:
 
     # Vertex lines follow the header; blank lines after the n-th are trailing space.
     lines = np.arange(head + 1, tokens.nlines)
-    if lines.size < n:
-        raise FormatError(f"header says n = {n} vertices but only {lines.size} vertex lines follow",
-                          path, header_line)
+    if lines.size < n:  # before any array of size n exists
+        raise FormatError(f"header says n = {n:,} vertices but only {lines.size:,} vertex lines "
+                          "follow", path, header_line)
     extra = lines[n:][counts[lines[n:]] > 0]
     if extra.size:
         raise FormatError(f"more vertex lines than n = {n} (header on line {header_line})",
@@ -125,20 +123,18 @@ def read_metis(path: str | os.PathLike) -> CommGraph:
                           f"{layout}", path, int(line_no[i]))
     degree = rest // step
 
-    values = tokens.values
     if has_size:
-        i = _first_bad_integer(values[starts], 0, _EXACT_INT)
+        i = tokens.bad_integer(starts, 0, INT64_MAX)
         if i >= 0:
-            raise FormatError(f"vertex size {show_number(values[starts[i]])} is not an integer "
+            raise FormatError(f"vertex size {tokens.token_text(starts[i])} is not an integer "
                               ">= 0", path, int(line_no[i]))
     vwgt = None
     if has_vwgt:
-        vwgt = values[starts + has_size]
-        i = _first_bad_integer(vwgt, 0, _EXACT_INT)
+        i = tokens.bad_integer(starts + has_size, 0, INT64_MAX)
         if i >= 0:
-            raise FormatError(f"vertex weight {show_number(vwgt[i])} is not an integer >= 0", path,
-                              int(line_no[i]))
-        vwgt = vwgt.astype(np.int64)
+            raise FormatError(f"vertex weight {tokens.token_text(starts[i] + has_size)} is not an "
+                              "integer in 0..2^63-1", path, int(line_no[i]))
+        vwgt = tokens.integers(starts + has_size)
 
     # Gather every (vertex, neighbour, weight) entry with index arithmetic.
     first = np.zeros(n + 1, dtype=np.int64)
@@ -146,19 +142,19 @@ def read_metis(path: str | os.PathLike) -> CommGraph:
     total = int(first[-1])
     src = np.repeat(np.arange(n, dtype=np.int64), degree)
     position = np.repeat(starts + prefix - step * first[:-1], degree) + step * np.arange(total)
-    neighbour = values[position]
-    i = _first_bad_integer(neighbour, 1, n)
+    neighbour = tokens.values[position]
+    i = tokens.bad_integer(position, 1, n)
     if i >= 0:
         raise FormatError(f"neighbour {show_number(neighbour[i])} of vertex {src[i] + 1} is not a "
                           f"vertex id 1..{n}", path, int(line_no[src[i]]))
     dst = neighbour.astype(np.int64) - 1
     if has_ewgt:
-        weight = values[position + 1]
-        i = _first_bad_integer(weight, 0, _EXACT_INT)
+        i = tokens.bad_integer(position + 1, 0, INT64_MAX)
         if i >= 0:
-            raise FormatError(f"edge weight {show_number(weight[i])} is not an integer >= 0 (METIS "
-                              "weights are integers)", path, int(line_no[src[i]]))
-        weight = weight.astype(np.int64)
+            raise FormatError(f"edge weight {tokens.token_text(position[i] + 1)} is not an integer "
+                              "in 0..2^63-1 (METIS weights are integers)", path,
+                              int(line_no[src[i]]))
+        weight = tokens.integers(position + 1)
     else:
         weight = np.ones(total, dtype=np.int64)
 
@@ -170,9 +166,9 @@ def read_metis(path: str | os.PathLike) -> CommGraph:
     _check_symmetric(src, dst, weight, n, line_no, path)
     found = src.size // 2
     if m != found and m != found + loops:
-        loops_note = f" (and {loops} self loops, dropped)" if loops else ""
-        raise FormatError(f"header says m = {m} edges but the vertex lines hold {found}{loops_note}",
-                          path, header_line)
+        loops_note = f" (and {loops:,} self loops, dropped)" if loops else ""
+        raise FormatError(f"header says m = {m:,} edges but the vertex lines hold {found:,}"
+                          f"{loops_note}", path, header_line)
     upper = src < dst  # the symmetric matrix is C + C^T of its upper triangle
     try:
         return CommGraph.from_edges(src[upper], dst[upper], weight[upper], n=n, vwgt=vwgt)

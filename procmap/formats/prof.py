@@ -20,7 +20,9 @@ graph is ``C + C^T``. ``C``, ``S``, ``R`` (collective and one-sided accounting)
 and the per-communicator ``D``/``O2A``/``A2O``/``A2A`` lines are not
 point-to-point traffic and are skipped, except that ``D MPI_COMM_WORLD procs:``
 tells how many ranks the job had (ranks that never send still count).
-``n`` is otherwise the largest rank seen + 1. These files are small, so a regular
+``n`` is otherwise the largest rank seen + 1. Ranks beyond those the lines show
+(the listed ``procs`` and two per E/I line) may number at most
+``procmap.limits.MAX_SILENT_TASKS``. These files are small, so a regular
 expression per line is fast enough.
 """
 from __future__ import annotations
@@ -33,9 +35,9 @@ import numpy as np
 
 from procmap.errors import FormatError, InputError
 from procmap.graph import CommGraph
+from procmap.limits import INT64_MAX, MAX_TASKS, check_declared_tasks
 
 from .atomic import as_format_error, read_bytes
-from .comm import MAX_TASKS
 
 # Digit runs are bounded so that int() never meets a pathological 10^5-digit string.
 _P2P = re.compile(r"([EI])[ \t]+(\d{1,12})[ \t]+(\d{1,12})[ \t]+(\d{1,20}) bytes[ \t]+(\d{1,20}) "
@@ -43,16 +45,16 @@ _P2P = re.compile(r"([EI])[ \t]+(\d{1,12})[ \t]+(\d{1,12})[ \t]+(\d{1,20}) bytes
 _SKIPPED_KINDS = frozenset({"C", "S", "R", "D", "O2A", "A2O", "A2A"})
 _WORLD = re.compile(r"D[ \t]+MPI_COMM_WORLD[ \t]+procs:[ \t]*"
                     r"(\d{1,12}(?:[, \t]+\d{1,12})*)?[, \t]*", re.ASCII)
-_INT64_MAX = 2**63 - 1
 
 
-def _parse_prof(path) -> tuple[list[int], list[int], list[int], int]:
-    """Return ``(senders, receivers, bytes, ranks)`` of one file; ``ranks`` from the D line or 0."""
+def _parse_prof(path) -> tuple[list[int], list[int], list[int], int, int]:
+    """Return ``(senders, receivers, bytes, ranks, listed)`` of one file: ``ranks`` from
+    the D line (or 0), ``listed`` the number of ranks that line lists."""
     text = read_bytes(path).decode("utf-8", "replace")
     senders: list[int] = []
     receivers: list[int] = []
     volumes: list[int] = []
-    ranks = 0
+    ranks = listed = 0
     for line_no, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -67,8 +69,9 @@ def _parse_prof(path) -> tuple[list[int], list[int], list[int], int]:
             if max(src, dst) >= MAX_TASKS:
                 raise FormatError(f"rank {max(src, dst)} exceeds the largest supported rank "
                                   f"{MAX_TASKS - 1}", path, line_no)
-            if volume > _INT64_MAX:
-                raise FormatError(f"{volume} bytes exceed the int64 range", path, line_no)
+            if volume > INT64_MAX:
+                raise FormatError(f"{volume:,} bytes exceed the int64 range (at most "
+                                  f"{INT64_MAX:,})", path, line_no)
             senders.append(src)
             receivers.append(dst)
             volumes.append(volume)
@@ -79,12 +82,23 @@ def _parse_prof(path) -> tuple[list[int], list[int], list[int], int]:
                 if procs and max(procs) >= MAX_TASKS:
                     raise FormatError(f"rank {max(procs)} exceeds the largest supported rank "
                                       f"{MAX_TASKS - 1}", path, line_no)
+                if procs:
+                    _check_count(max(procs) + 1, len(set(procs)), "'procs:' list", path, line_no)
                 ranks = max([ranks, *(p + 1 for p in procs)])
+                listed = max(listed, len(set(procs)))
         else:
             shown = kind if len(kind) <= 20 else kind[:20] + "..."
             raise FormatError(f"unknown monitoring record {shown!r} (expected E, I, C, S, R, D, O2A, "
                               "A2O, A2A or a '#' comment)", path, line_no)
-    return senders, receivers, volumes, ranks
+    return senders, receivers, volumes, ranks, listed
+
+
+def _check_count(declared: int, shown: int, what: str, path, line=None) -> None:
+    """:func:`~procmap.limits.check_declared_tasks`, as a FormatError naming ``path``."""
+    try:
+        check_declared_tasks(declared, shown, what, path, line)
+    except InputError as exc:
+        raise as_format_error(exc, path) from None
 
 
 def read_prof_files(paths: Iterable[str | os.PathLike]) -> CommGraph:
@@ -101,23 +115,24 @@ def read_prof_files(paths: Iterable[str | os.PathLike]) -> CommGraph:
     senders: list[int] = []
     receivers: list[int] = []
     volumes: list[int] = []
-    ranks = 0
+    ranks = listed = 0
     for path in paths:
-        s, r, v, k = _parse_prof(path)
+        s, r, v, k, shown = _parse_prof(path)
         senders += s
         receivers += r
         volumes += v
         ranks = max(ranks, k)
+        listed = max(listed, shown)
     where = paths[0] if len(paths) == 1 else os.path.dirname(paths[0]) or "."
     if not senders and ranks == 0:
         raise FormatError("no point-to-point entries (E or I lines)", where)
     n = max([ranks, *(max(s, r) + 1 for s, r in zip(senders, receivers))])
+    # every E/I line shows two ranks; the D line shows those it lists
+    _check_count(n, min(n, listed + 2 * len(senders)), "the largest rank", where)
     src = np.array(senders, dtype=np.int64)
     dst = np.array(receivers, dtype=np.int64)
     volume = np.array(volumes, dtype=np.int64)
-    if volume.size and int(volume.sum(dtype=np.float64)) > _INT64_MAX // 2:
-        raise FormatError("total bytes exceed the int64 range", where)
-    try:
+    try:  # from_edges checks the total bytes (both directions) against int64
         return CommGraph.from_edges(src, dst, volume, n=n)
     except InputError as exc:
         raise as_format_error(exc, where) from None
