@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from procmap.errors import CapacityError, TopologyError
-from procmap.topology import Hierarchy
+from procmap.topology import Hierarchy, check_host_name
 
 __all__ = [
     "HostLayout", "nodes_per_level", "infer_node_level", "host_layout", "merge_host_slots",
@@ -144,14 +144,16 @@ def host_layout(hierarchy: Hierarchy, hosts: Sequence[str], slots: Sequence[int]
     Raises
     ------
     TopologyError
-        For an empty or duplicated host list, a node level outside ``0..l``, fewer
-        hosts than nodes, or a bad slot list.
+        For an empty or duplicated host list, an invalid host name
+        (:func:`~procmap.topology.check_host_name`), a node level outside ``0..l``,
+        fewer hosts than nodes, or a bad slot list.
     """
     hosts = tuple(hosts)
     if not hosts:
         raise TopologyError("no hosts given")
     seen: set[str] = set()
     for host in hosts:
+        check_host_name(host)  # names go verbatim into launcher files
         if host in seen:
             raise TopologyError(f"host {host!r} is listed twice; give every host once")
         seen.add(host)
@@ -181,7 +183,8 @@ def host_layout(hierarchy: Hierarchy, hosts: Sequence[str], slots: Sequence[int]
             # Keep the first `count` PEs of the node: the allocation gives a number
             # of slots, not which cores, so take them in PE order.
             caps[i, count:] = 0
-    h = Hierarchy(levels, hierarchy.distances, caps.ravel(), node_level=node_level)
+    # with_capacities: same levels and distances, so no second distance warning.
+    h = hierarchy.with_capacities(caps.ravel(), node_level=node_level)
     return HostLayout(h, used, inferred, unused)
 
 

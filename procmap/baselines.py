@@ -8,6 +8,8 @@
 * ``random``: the block placement applied to a random permutation of the tasks.
 
 Slots are enumerated PE by PE: PE p contributes ``capacity[p]`` consecutive slots.
+A PE may have up to ``MAX_SLOTS`` (2^31 - 2) of them, so only the slots that n tasks
+can reach are ever listed: arrays stay of size O(n + k), whatever the capacities.
 """
 from __future__ import annotations
 
@@ -18,10 +20,19 @@ from procmap.errors import CapacityError, TopologyError
 BASELINES = ("block", "roundrobin", "random")
 
 
-def slot_pes(topology) -> np.ndarray:
-    """PE id of every slot, in slot order (int32)."""
-    caps = np.asarray(topology.capacities)
+def slot_pes(topology, limit: int | None = None) -> np.ndarray:
+    """PE id of every slot, in slot order (int32); only the first ``limit`` slots
+    when ``limit`` is given."""
+    caps = np.asarray(topology.capacities, dtype=np.int64)
+    if limit is not None:
+        caps = _first_slots(caps, limit)
     return np.repeat(np.arange(caps.size, dtype=np.int32), caps)
+
+
+def _first_slots(caps: np.ndarray, count: int) -> np.ndarray:
+    """Capacities that keep only the first ``count`` slots in PE order."""
+    before = np.cumsum(caps) - caps  # exact: capacities and k are bounded (limits.py)
+    return np.clip(count - before, 0, caps)
 
 
 def _spread(order: np.ndarray, n: int) -> np.ndarray:
@@ -37,7 +48,9 @@ def _spread(order: np.ndarray, n: int) -> np.ndarray:
 
 def block(n: int, topology) -> np.ndarray:
     """Task i -> slot i (or slot ``floor(S*i/n)`` when ``n > S``); returns task -> PE."""
-    return _spread(slot_pes(topology), n)
+    # With n <= S the first n slots are all that is used; with n > S there are
+    # fewer than n slots, so both lists have at most n entries.
+    return _spread(slot_pes(topology, limit=n), n)
 
 
 def _node_of_pe(topology) -> np.ndarray:
@@ -46,9 +59,32 @@ def _node_of_pe(topology) -> np.ndarray:
     return np.arange(k, dtype=np.int64) // per_node
 
 
+def _round_robin_capacities(topology, n: int) -> np.ndarray:
+    """Capacities that keep only the slots the first ``n`` round-robin visits reach.
+
+    Round r visits slot r of every node that has one; the first ``n`` visits use
+    rounds ``0 .. R-1`` for the smallest ``R`` with ``sum(min(slots of node, R)) >= n``,
+    so every node keeps its first ``R`` slots in PE order.
+    """
+    caps = np.asarray(topology.capacities, dtype=np.int64)
+    per_node = getattr(topology, "pes_per_node", 1)
+    by_node = caps.reshape(-1, per_node)
+    node_slots = by_node.sum(axis=1)
+    lo, hi = 0, int(node_slots.max(initial=0))  # binary search for R in lo..hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if int(np.minimum(node_slots, mid).sum()) >= n:
+            hi = mid
+        else:
+            lo = mid + 1
+    before = np.cumsum(by_node, axis=1) - by_node
+    return np.clip(lo - before, 0, by_node).ravel()
+
+
 def roundrobin(n: int, topology) -> np.ndarray:
     """Task i -> next free slot of node ``i mod N``, skipping full nodes."""
-    pes = slot_pes(topology)
+    caps = _round_robin_capacities(topology, n)
+    pes = np.repeat(np.arange(caps.size, dtype=np.int32), caps)
     node = _node_of_pe(topology)[pes]
     # position of every slot within its node: 0, 1, 2, ... per node, in slot order
     starts = np.searchsorted(node, node, side="left")

@@ -8,7 +8,8 @@
 """
 from .hierarchy import Hierarchy
 from .distance_matrix import DistanceMatrix, Topology, is_hierarchy
-from .hostlist import compress_hostlist, expand_hostlist, parse_cpus_per_node, read_hostfile
+from .hostlist import (check_host_name, compress_hostlist, expand_hostlist, parse_cpus_per_node,
+                       read_hostfile)
 from .tleaf import from_tleaf, read_tleaf, to_tleaf, write_tleaf
 from .detect import (LocalMachine, SlurmAllocation, describe, detect_local, detect_slurm,
                      parse_cpu_list)
@@ -16,7 +17,8 @@ from .detect import (LocalMachine, SlurmAllocation, describe, detect_local, dete
 __all__ = [
     "Hierarchy",
     "DistanceMatrix", "Topology", "is_hierarchy",
-    "expand_hostlist", "compress_hostlist", "parse_cpus_per_node", "read_hostfile",
+    "check_host_name", "expand_hostlist", "compress_hostlist", "parse_cpus_per_node",
+    "read_hostfile",
     "to_tleaf", "from_tleaf", "read_tleaf", "write_tleaf",
     "LocalMachine", "SlurmAllocation", "detect_local", "detect_slurm", "describe",
     "parse_cpu_list",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from procmap.errors import TopologyError
+from procmap.limits import MAX_PES, MAX_TASKS, check_pes, is_decimal_int
 
 from .distance_matrix import DistanceMatrix
 from .hierarchy import Hierarchy
@@ -281,8 +282,9 @@ class SlurmAllocation:
         Raises
         ------
         TopologyError
-            If the CPU counts are unknown and no per-node hierarchy is given, or
-            a node has no CPUs at all.
+            If the CPU counts are unknown and no per-node hierarchy is given, a
+            node has no CPUs at all, or the result would have more than
+            ``MAX_PES`` PEs (checked before any per-PE array exists).
         """
         if cores_per_node_levels is None:
             if self.cpus_per_node is None:
@@ -291,6 +293,7 @@ class SlurmAllocation:
             width = max(self.cpus_per_node)
             if width < 1:
                 raise TopologyError("Slurm allocation has no CPUs")
+            check_pes(width * self.nnodes, f"Slurm allocation {width}:{self.nnodes}")
             caps = np.zeros((self.nnodes, width), dtype=np.int64)
             for i, n in enumerate(self.cpus_per_node):
                 caps[i, :n] = 1
@@ -305,6 +308,8 @@ class SlurmAllocation:
             else:
                 node_levels = Hierarchy(tuple(cores_per_node_levels), None).levels
             node_caps = np.ones(math.prod(node_levels), dtype=np.int64)
+        check_pes(math.prod(node_levels) * self.nnodes,
+                  f"Slurm allocation {':'.join(map(str, node_levels))}:{self.nnodes}")
         caps = np.tile(node_caps, (self.nnodes, 1))
         if self.cpus_per_node is not None:
             for i, n in enumerate(self.cpus_per_node):
@@ -335,12 +340,17 @@ def detect_slurm(environ: Mapping[str, str] | None = None) -> SlurmAllocation | 
 
     Returns ``None`` when none of these variables is set (not inside Slurm).
 
+    Numbers are ASCII digits; a node may have at most ``MAX_PES`` CPUs and the
+    job at most ``MAX_TASKS`` tasks (``procmap.limits``), checked here, before
+    anything of that size exists.
+
     Raises
     ------
     TopologyError
-        Naming the variable, when a value is malformed, the node list has
-        duplicates, the CPU list describes another number of nodes, or CPU/task
-        variables are set without a node list.
+        Naming the variable, when a value is malformed or above those limits, a
+        host name is invalid, the node list has duplicates, the CPU list
+        describes another number of nodes, or CPU/task variables are set without
+        a node list.
     """
     env = os.environ if environ is None else environ
     nl_var, nodelist = _first(env, _NODELIST_VARS)
@@ -375,16 +385,24 @@ def detect_slurm(environ: Mapping[str, str] | None = None) -> SlurmAllocation | 
         cpus = (per_node,) * len(hosts)
     if cpus is not None and any(c < 1 for c in cpus):
         raise TopologyError(f"{cpu_var}={cpus_text!r}: every node must have at least one CPU")
-
-    ntasks: int | None = None
-    if nt_var is not None:
-        try:
-            ntasks = int(ntasks_text)
-        except ValueError:
-            raise TopologyError(f"{nt_var}={ntasks_text!r} is not an integer") from None
-        if ntasks < 1:
-            raise TopologyError(f"{nt_var}={ntasks_text!r} must be >= 1")
+    if cpus is not None and sum(cpus) > MAX_PES:
+        raise TopologyError(f"{cpu_var}={cpus_text!r}: {sum(cpus):,} CPUs on {len(hosts):,} "
+                            f"hosts; procmap handles at most {MAX_PES:,} PEs")
+    ntasks = None if nt_var is None else _parse_ntasks(nt_var, ntasks_text)
     return SlurmAllocation(tuple(hosts), cpus, ntasks)
+
+
+def _parse_ntasks(var: str, text: str) -> int:
+    """``SLURM_NTASKS``: ASCII digits, 1..MAX_TASKS."""
+    value = text.strip()
+    if not is_decimal_int(value):
+        raise TopologyError(f"{var}={text!r} is not an integer in digits 0-9")
+    ntasks = int(value)
+    if ntasks < 1:
+        raise TopologyError(f"{var}={text!r} must be >= 1")
+    if ntasks > MAX_TASKS:
+        raise TopologyError(f"{var}={text!r}: procmap handles at most {MAX_TASKS:,} tasks")
+    return ntasks
 
 
 # -------------------------------------------------------------------- summary

@@ -15,9 +15,10 @@ from typing import Union
 
 import numpy as np
 
-from procmap.errors import TopologyError
+from procmap.errors import InputError, TopologyError
+from procmap.limits import check_pes, npy_header
 
-from .hierarchy import Hierarchy
+from .hierarchy import Hierarchy, _check_capacities
 
 __all__ = ["DistanceMatrix", "Topology", "is_hierarchy"]
 
@@ -33,6 +34,12 @@ _SYMMETRY_RTOL = 1e-9
 
 def _fmt_num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _show(x) -> str:
+    """``repr`` of a node or cost for messages, NumPy scalars as plain Python values
+    (``5``, not ``np.int64(5)``)."""
+    return repr(x.item() if isinstance(x, np.generic) else x)
 
 
 def _validate_matrix(matrix: np.ndarray, where: str = "", row_lines: list[int] | None = None) -> np.ndarray:
@@ -90,22 +97,9 @@ def _validate_matrix(matrix: np.ndarray, where: str = "", row_lines: list[int] |
 
 
 def _validate_capacities(capacities, k: int) -> np.ndarray:
-    if capacities is None:
-        caps = np.ones(k, dtype=np.int64)
-    else:
-        caps = np.asarray(capacities)
-        if caps.ndim == 0:
-            caps = np.full(k, caps)
-        if caps.shape != (k,):
-            raise TopologyError(f"capacities have shape {caps.shape}, expected ({k},) for {k} PEs")
-        if caps.dtype.kind not in "iu":
-            raise TopologyError(f"capacities must be non-negative integers, got dtype {caps.dtype}")
-        if caps.size and caps.min() < 0:
-            i = int(np.argmin(caps))
-            raise TopologyError(f"capacity of PE {i} is {int(caps[i])}; capacities must be >= 0")
-        caps = caps.astype(np.int64, copy=True)
-    caps.setflags(write=False)
-    return caps
+    # The same rules as for hierarchies: 0..MAX_SLOTS slots per PE, returned as a
+    # read-only int64 copy.
+    return _check_capacities(capacities, k)
 
 
 class DistanceMatrix:
@@ -207,17 +201,19 @@ class DistanceMatrix:
 
         Text: one row a line, values separated by white space and/or commas;
         blank lines and ``#`` comments are skipped. Every row must have as many
-        values as there are rows. :class:`TopologyError` names the file and line;
-        ``OSError`` propagates when the file cannot be opened.
+        values as there are rows, and numbers are written in ASCII. A ``.npy``
+        header is checked (square, numeric, no more than ``MAX_PES`` rows, as many
+        bytes as it promises) before the data is loaded. :class:`TopologyError`
+        names the file and line; ``OSError`` propagates when a text file cannot be
+        opened (a ``.npy`` file that cannot be read is a :class:`TopologyError`).
         """
         path_str = os.fspath(path)
         if path_str.endswith(".npy"):
+            _check_npy_header(path_str)
             try:
                 data = np.load(path_str, allow_pickle=False)
             except ValueError as exc:
                 raise TopologyError(f"{path_str}: not a readable .npy array ({exc})") from None
-            if data.dtype.kind not in "biuf":
-                raise TopologyError(f"{path_str}: distance matrix has dtype {data.dtype}, expected numbers")
             d = _validate_matrix(data, where=path_str)
         else:
             try:
@@ -266,9 +262,9 @@ class DistanceMatrix:
         index: dict = {}
         for i, node in enumerate(pes):
             if node not in G:
-                raise TopologyError(f"PE {node!r} is not a node of the network graph")
+                raise TopologyError(f"PE {_show(node)} is not a node of the network graph")
             if node in index:
-                raise TopologyError(f"PE {node!r} is listed twice")
+                raise TopologyError(f"PE {_show(node)} is listed twice")
             index[node] = i
         if isinstance(weight, str):
             # Dijkstra is wrong with negative costs and networkx reports it only
@@ -279,8 +275,8 @@ class DistanceMatrix:
                 except (TypeError, ValueError):
                     ok = False
                 if not ok:
-                    raise TopologyError(f"link {u!r}-{v!r} has {weight}={w!r}; link costs must be "
-                                        "finite numbers >= 0")
+                    raise TopologyError(f"link {_show(u)}-{_show(v)} has {weight}={_show(w)}; "
+                                        "link costs must be finite numbers >= 0")
         k = len(pes)
         d = np.empty((k, k), dtype=np.float64)
         for i, src in enumerate(pes):
@@ -289,10 +285,24 @@ class DistanceMatrix:
                 try:
                     d[i, j] = lengths[dst]
                 except KeyError:
-                    raise TopologyError(f"PEs {src!r} and {dst!r} are not connected in the "
-                                        "network graph") from None
+                    raise TopologyError(f"PEs {_show(src)} and {_show(dst)} are not connected "
+                                        "in the network graph") from None
         d = _validate_matrix(d)
         return cls._trusted(d, _validate_capacities(capacities, k), tuple(pes))
+
+
+def _check_npy_header(path: str) -> None:
+    """Refuse a ``.npy`` distance matrix from its header alone: np.load would
+    allocate whatever shape the header declares before finding the data missing."""
+    try:
+        shape, dtype, _ = npy_header(path)
+    except InputError as exc:  # the header check names the file already
+        raise TopologyError(str(exc)) from None
+    if dtype.kind not in "biuf":
+        raise TopologyError(f"{path}: distance matrix has dtype {dtype}, expected numbers")
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise TopologyError(f"{path}: distance matrix must be square (k x k), got shape {shape}")
+    check_pes(shape[0], f"{path}: distance matrix")
 
 
 _SPLIT = re.compile(r"[\s,]+")
@@ -307,6 +317,10 @@ def _read_text_rows(path: str) -> tuple[list[np.ndarray], list[int]]:
             if not line:
                 continue
             tokens = _SPLIT.split(line)
+            if not line.isascii() or "_" in line:
+                # numpy, like float(), reads "1_0" as 10 and fullwidth digits as digits.
+                bad = next(t for t in tokens if not t.isascii() or "_" in t)
+                raise TopologyError(f"{path}:{lineno}: {bad!r} is not a number in digits 0-9")
             try:
                 # numpy parses the strings in C: fast enough for k ~ 10^4 rows.
                 row = np.array(tokens, dtype=np.float64)

@@ -8,6 +8,7 @@ significant digit of a PE id.
 """
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -15,22 +16,89 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from procmap.errors import TopologyError
+from procmap.limits import MAX_SLOTS, check_pes, is_decimal_int, is_decimal_number
 
 
 def _parse_numbers(text: str | list | tuple, what: str, kind=int) -> list:
-    if isinstance(text, str):
-        parts = text.strip().split(":")
-        if not text.strip() or any(not p.strip() for p in parts):
-            raise TopologyError(f"{what} {text!r}: expected numbers separated by ':' (e.g. 4:8:6)")
-        values = []
-        for p in parts:
-            try:
-                values.append(kind(p) if kind is int else float(p))
-            except ValueError:
-                raise TopologyError(f"{what} {text!r}: {p!r} is not a{'n integer' if kind is int else ' number'}") from None
-    else:
-        values = list(text)
+    """Split ``"4:8:6"`` (``kind=int``) or ``"1:10:100"`` (``kind=float``) at ``:``.
+
+    Only plain ASCII decimal notation is accepted: ``int()`` and ``float()`` would
+    also read ``"4_0"`` as 40 and fullwidth digits as digits. Lists and tuples are
+    returned as they are (the constructor checks them).
+    """
+    if not isinstance(text, str):
+        return list(text)
+    parts = [p.strip() for p in text.strip().split(":")]
+    if not text.strip() or not all(parts):
+        raise TopologyError(f"{what} {text!r}: expected numbers separated by ':' (e.g. 4:8:6)")
+    values = []
+    for p in parts:
+        if kind is int and is_decimal_int(p):
+            values.append(int(p))
+        elif kind is not int and is_decimal_number(p):
+            values.append(float(p))
+        else:
+            expected = "a whole number" if kind is int else "a number >= 0"
+            raise TopologyError(f"{what} {text!r}: {p!r} is not {expected} in digits 0-9")
     return values
+
+
+def _check_levels(levels: tuple) -> tuple[int, ...]:
+    """Positive integers whose product (the PE count) is within ``MAX_PES``."""
+    if not levels:
+        raise TopologyError("hierarchy has no levels")
+    text = ":".join(map(str, levels))
+    for a in levels:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or a < 1:
+            shown = int(a) if isinstance(a, np.integer) else a
+            raise TopologyError(f"hierarchy {text}: every level must be a positive integer, "
+                                f"got {shown!r}")
+    levels = tuple(int(a) for a in levels)
+    # Python ints: the product cannot overflow, and it is checked before any
+    # per-PE array is allocated.
+    check_pes(math.prod(levels), f"hierarchy {text}")
+    return levels
+
+
+def _check_distances(distances, levels: tuple[int, ...]) -> tuple[float, ...]:
+    """One finite, non-negative distance per level; warns when they decrease upwards."""
+    if distances is None:
+        return tuple(float(10 ** t) for t in range(len(levels)))
+    distances = tuple(float(d) for d in distances)
+    if len(distances) != len(levels):
+        raise TopologyError(
+            f"hierarchy {':'.join(map(str, levels))} has {len(levels)} levels but "
+            f"{len(distances)} distances were given ({':'.join(_fmt(d) for d in distances)})")
+    for d in distances:
+        if not math.isfinite(d) or d < 0:
+            raise TopologyError(f"distance {_fmt(d)} must be finite and >= 0")
+    if any(b < a for a, b in zip(distances, distances[1:])):
+        # stacklevel 4: the caller of Hierarchy(...) (through __init__ and __post_init__).
+        warnings.warn(f"distances {':'.join(_fmt(d) for d in distances)} are not "
+                      "non-decreasing from leaf to root; is the order reversed?", stacklevel=4)
+    return distances
+
+
+def _check_capacities(capacities, k: int) -> np.ndarray:
+    """Slots per PE as a read-only int64 array of length ``k``, each in ``0..MAX_SLOTS``."""
+    if capacities is None:
+        caps = np.ones(k, dtype=np.int64)
+    else:
+        caps = np.asarray(capacities)
+        if caps.ndim == 0:
+            caps = np.full(k, caps)
+        if caps.shape != (k,):
+            raise TopologyError(f"capacities have shape {caps.shape}, expected ({k},) for {k:,} PEs")
+        if caps.dtype.kind not in "iu":
+            raise TopologyError(f"capacities must be non-negative integers, got dtype {caps.dtype}")
+        if caps.size and (caps.min() < 0 or caps.max() > MAX_SLOTS):
+            bad = int(np.argmin(caps)) if caps.min() < 0 else int(np.argmax(caps))
+            raise TopologyError(f"capacity of PE {bad} is {int(caps[bad]):,}; capacities must "
+                                f"lie in 0..{MAX_SLOTS:,}")
+        # Each capacity <= MAX_SLOTS and k <= MAX_PES: int64 totals cannot overflow.
+        caps = caps.astype(np.int64)
+    caps.setflags(write=False)
+    return caps
 
 
 @dataclass(frozen=True)
@@ -41,13 +109,14 @@ class Hierarchy:
     ----------
     levels : sequence of int
         ``(a1, ..., al)``, leaf first: ``a1`` PEs per processor, ``a2`` processors per
-        node, ``a3`` nodes, ... Every entry is a positive integer.
+        node, ``a3`` nodes, ... Every entry is a positive integer, and their product
+        (the number of PEs ``k``) is at most ``procmap.limits.MAX_PES`` (2^24).
     distances : sequence of float
         ``(d1, ..., dl)``: the cost of one unit of traffic between two PEs whose
         deepest common group is at level ``t``. Defaults to ``1, 10, 100, ...``.
     capacities : array of int, optional
-        Slots per PE (defaults to 1 everywhere). A PE of capacity 0 is not part of
-        the allocation.
+        Slots per PE (defaults to 1 everywhere), each in ``0..procmap.limits.MAX_SLOTS``.
+        A PE of capacity 0 is not part of the allocation.
     node_level : int, optional
         How many levels lie inside one node (PEs per node = ``a1 * ... * a_node_level``).
         Defaults to 2 for hierarchies of 3 levels or more, else 1.
@@ -59,55 +128,31 @@ class Hierarchy:
     node_level: int = None
 
     def __post_init__(self):
-        levels = tuple(self.levels)
-        if not levels:
-            raise TopologyError("hierarchy has no levels")
-        for a in levels:
-            if isinstance(a, bool) or not isinstance(a, (int, np.integer)) or a < 1:
-                raise TopologyError(f"hierarchy {':'.join(map(str, levels))}: every level must be a positive integer, got {a!r}")
-        levels = tuple(int(a) for a in levels)
-        if self.distances is None:
-            distances = tuple(float(10 ** t) for t in range(len(levels)))
-        else:
-            distances = tuple(float(d) for d in self.distances)
-        if len(distances) != len(levels):
-            raise TopologyError(
-                f"hierarchy {':'.join(map(str, levels))} has {len(levels)} levels but "
-                f"{len(distances)} distances were given ({':'.join(_fmt(d) for d in distances)})")
-        for d in distances:
-            if not math.isfinite(d) or d < 0:
-                raise TopologyError(f"distance {d!r} must be finite and >= 0")
-        if any(b < a for a, b in zip(distances, distances[1:])):
-            warnings.warn(f"distances {':'.join(_fmt(d) for d in distances)} are not "
-                          "non-decreasing from leaf to root; is the order reversed?", stacklevel=3)
-        k = math.prod(levels)
-        caps = self.capacities
-        if caps is None:
-            caps = np.ones(k, dtype=np.int64)
-        else:
-            caps = np.asarray(caps)
-            if caps.ndim == 0:
-                caps = np.full(k, int(caps), dtype=np.int64)
-            if caps.shape != (k,):
-                raise TopologyError(f"capacities have shape {caps.shape}, expected ({k},) for {k} PEs")
-            if caps.dtype.kind not in "iu" or (caps.size and caps.min() < 0):
-                raise TopologyError("capacities must be non-negative integers")
-            caps = caps.astype(np.int64)
-        caps.setflags(write=False)
-        node_level = self.node_level
+        levels = _check_levels(tuple(self.levels))
+        object.__setattr__(self, "levels", levels)
+        object.__setattr__(self, "distances", _check_distances(self.distances, levels))
+        self._set_capacities(self.capacities, self.node_level)
+
+    def _set_capacities(self, capacities, node_level) -> None:
+        """Check and store capacities and node level (levels are already checked)."""
+        levels = self.levels
+        caps = _check_capacities(capacities, math.prod(levels))
         if node_level is None:
             node_level = 2 if len(levels) >= 3 else 1
         if not 0 <= node_level <= len(levels):
             raise TopologyError(f"node level {node_level} outside 0..{len(levels)}")
-        object.__setattr__(self, "levels", levels)
-        object.__setattr__(self, "distances", distances)
         object.__setattr__(self, "capacities", caps)
         object.__setattr__(self, "node_level", int(node_level))
 
     # ----------------------------------------------------------------- parse
     @classmethod
     def parse(cls, levels: str, distances: str | None = None, **kwargs) -> "Hierarchy":
-        """Parse ``"4:8:6"`` and ``"1:10:100"`` as given on the command line."""
+        """Parse ``"4:8:6"`` and ``"1:10:100"`` as given on the command line.
+
+        Levels are whole numbers and distances numbers >= 0, both in ASCII digits
+        (``"4_0"`` and fullwidth digits are refused); the product of the levels is
+        checked against ``MAX_PES`` before anything is allocated.
+        """
         lv = _parse_numbers(levels, "hierarchy")
         ds = None if distances is None else _parse_numbers(distances, "distances", float)
         return cls(tuple(lv), None if ds is None else tuple(ds), **kwargs)
@@ -137,6 +182,7 @@ class Hierarchy:
 
     @property
     def total_slots(self) -> int:
+        """Slots of all PEs (exact: at most ``MAX_PES * MAX_SLOTS < 2**55``)."""
         return int(self.capacities.sum())
 
     def __str__(self) -> str:
@@ -170,8 +216,16 @@ class Hierarchy:
         pes = np.arange(self.k)
         return self.distance(pes[:, None], pes[None, :])
 
-    def with_capacities(self, capacities) -> "Hierarchy":
-        return Hierarchy(self.levels, self.distances, capacities, self.node_level)
+    def with_capacities(self, capacities, node_level: int | None = None) -> "Hierarchy":
+        """The same levels and distances with other capacities (and node level).
+
+        Only the new capacities and node level are checked: the distances were
+        checked, and warned about, when this hierarchy was built, so a derived
+        machine does not repeat the warning.
+        """
+        derived = copy.copy(self)  # a frozen dataclass: copy.copy skips __post_init__
+        derived._set_capacities(capacities, self.node_level if node_level is None else node_level)
+        return derived
 
 
 def _fmt(d: float) -> str:

@@ -7,6 +7,11 @@ Slurm hands a job its nodes as a compressed *hostlist expression*
 expansion is delegated to python-hostlist (pure Python, the reference used by many
 site tools); this module only adds validation and one-line :class:`TopologyError`
 messages that name the offending text.
+
+Every host name, from a host list, a hostfile or Slurm, passes
+:func:`check_host_name`: letters, digits, ``-``, ``.`` and ``_`` only, so that a
+name never carries a ``:``, ``=`` or space into a rankfile or machinefile, where it
+would change the meaning of the line.
 """
 from __future__ import annotations
 
@@ -15,21 +20,43 @@ import re
 from collections.abc import Iterable
 
 from procmap.errors import TopologyError
+from procmap.limits import MAX_PES, MAX_SLOTS, is_decimal_int
 
 # Absolute import of the third-party module of the same name: inside the package
 # this module is ``procmap.topology.hostlist``, so there is no clash.
 import hostlist as _pyhostlist
 
-__all__ = ["expand_hostlist", "compress_hostlist", "parse_cpus_per_node", "read_hostfile"]
+__all__ = ["check_host_name", "expand_hostlist", "compress_hostlist", "parse_cpus_per_node",
+           "read_hostfile"]
 
 # Slurm's own hostlist parser splits on commas and on white space (tab, space,
 # newline), and skips empty items; we do the same so that a node list pasted
 # from a file (one host a line) is accepted.
 _SEPARATORS = re.compile(r"[\s,]+")
 
-# Upper bound on the number of nodes one run-length item may describe: a typo
-# like "32(x1000000000)" must not allocate gigabytes before failing elsewhere.
-_MAX_REPEAT = 10_000_000
+# Upper bound on the number of nodes a host list or a run-length CPU list may
+# describe: every node holds at least one PE, so more than MAX_PES nodes can never
+# be a machine, and a typo like "32(x1000000000)" must not allocate gigabytes.
+_MAX_NODES = MAX_PES
+
+# What launcher files can carry: a ':' would read as host:slots in a machinefile,
+# '=' and spaces would split a hostfile or rankfile line.
+_HOST_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_host_name(name: str, where: str = "") -> str:
+    """Return ``name`` if it is a usable host name, else raise :class:`TopologyError`.
+
+    A host name is a non-empty string of ASCII letters, digits, ``-``, ``.`` and
+    ``_``. ``where`` starts the message (``"hosts.txt:3"``, ``"host list 'a,b'"``)
+    so that it points at the input to fix.
+    """
+    if isinstance(name, str) and _HOST_NAME.fullmatch(name):
+        return name
+    prefix = f"{where}: " if where else ""
+    shown = repr(str(name)) if isinstance(name, str) else repr(name)  # np.str_ as plain text
+    raise TopologyError(f"{prefix}invalid host name {shown}: host names may contain only "
+                        "letters, digits, '-', '.' and '_'")
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -60,7 +87,8 @@ def expand_hostlist(text: str) -> list[str]:
     ------
     TopologyError
         On an empty list, unbalanced brackets (``node[01-``), reversed or bad
-        ranges (``node[3-1]``, ``node[a-b]``) or a list too large to expand.
+        ranges (``node[3-1]``, ``node[a-b]``), a list too large to expand (more
+        than ``MAX_PES`` hosts) or a name that :func:`check_host_name` refuses.
     """
     if not isinstance(text, str):
         raise TopologyError(f"host list must be a string, got {type(text).__name__}")
@@ -75,6 +103,10 @@ def expand_hostlist(text: str) -> list[str]:
             hosts.extend(_pyhostlist.expand_hostlist(item, allow_duplicates=True, sort=False))
         except _pyhostlist.BadHostlist as exc:
             raise TopologyError(f"malformed host list {text!r}: {exc} in {item!r}") from None
+        if len(hosts) > _MAX_NODES:
+            raise TopologyError(f"host list {text!r} names more than {_MAX_NODES:,} hosts")
+    for host in hosts:
+        check_host_name(host, f"host list {text!r}")
     return hosts
 
 
@@ -90,7 +122,7 @@ def compress_hostlist(hosts: Iterable[str]) -> str:
     Raises
     ------
     TopologyError
-        If a name is empty or contains white space, a comma or a bracket.
+        If a name is not a valid host name (:func:`check_host_name`).
     """
     if isinstance(hosts, str):
         # A bare string would be iterated character by character.
@@ -99,16 +131,15 @@ def compress_hostlist(hosts: Iterable[str]) -> str:
     if not names:
         raise TopologyError("cannot compress an empty host list")
     for name in names:
-        if not isinstance(name, str) or not name or re.search(r"[\s,\[\]]", name):
-            raise TopologyError(f"invalid host name {name!r}: names must be non-empty and "
-                                "contain no white space, ',' '[' or ']'")
+        check_host_name(name)
     try:
         return _pyhostlist.collect_hostlist(names)
     except _pyhostlist.BadHostlist as exc:  # pragma: no cover - names are pre-checked
         raise TopologyError(f"cannot compress host list: {exc}") from None
 
 
-_CPU_ITEM = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+# ASCII digits only: \d would also match fullwidth and other Unicode digits.
+_CPU_ITEM = re.compile(r"([0-9]+)(?:\(x([0-9]+)\))?")
 
 
 def parse_cpus_per_node(text: str, nnodes: int | None = None) -> list[int]:
@@ -129,13 +160,15 @@ def parse_cpus_per_node(text: str, nnodes: int | None = None) -> list[int]:
     Raises
     ------
     TopologyError
-        On syntax errors, zero repetitions, or a node count other than ``nnodes``.
+        On syntax errors (numbers are ASCII digits), zero repetitions, a count above
+        ``MAX_PES`` CPUs on a node or ``MAX_PES`` nodes in all (checked before the
+        list is built), or a node count other than ``nnodes``.
     """
     if not isinstance(text, str) or not text.strip():
         raise TopologyError(f"CPU count list {text!r} is empty")
     counts: list[int] = []
     for item in text.split(","):
-        m = _CPU_ITEM.match(item.strip())
+        m = _CPU_ITEM.fullmatch(item.strip())
         if m is None:
             raise TopologyError(f"malformed CPU count list {text!r}: {item.strip()!r} is not "
                                 "of the form N or N(xR)")
@@ -143,8 +176,11 @@ def parse_cpus_per_node(text: str, nnodes: int | None = None) -> list[int]:
         repeat = 1 if m.group(2) is None else int(m.group(2))
         if repeat < 1:
             raise TopologyError(f"malformed CPU count list {text!r}: repetition count in {item.strip()!r} must be >= 1")
-        if len(counts) + repeat > _MAX_REPEAT:
-            raise TopologyError(f"CPU count list {text!r} describes more than {_MAX_REPEAT} nodes")
+        if value > MAX_PES:
+            raise TopologyError(f"CPU count list {text!r}: {value:,} CPUs on a node; procmap "
+                                f"handles at most {MAX_PES:,} PEs")
+        if len(counts) + repeat > _MAX_NODES:
+            raise TopologyError(f"CPU count list {text!r} describes more than {_MAX_NODES:,} nodes")
         counts.extend([value] * repeat)
     if nnodes is not None and len(counts) != nnodes:
         raise TopologyError(f"CPU count list {text!r} describes {len(counts)} node"
@@ -160,12 +196,15 @@ _MAX_SLOT_KEYS = frozenset(f"{a}{sep}{b}" for a, b in (("max", "slots"), ("slots
 
 
 def _positive_int(text: str, path: str, lineno: int, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise TopologyError(f"{path}:{lineno}: {what} {text!r} is not an integer") from None
+    """A slot count of a hostfile: ASCII digits, 1..MAX_SLOTS."""
+    if not is_decimal_int(text):
+        raise TopologyError(f"{path}:{lineno}: {what} {text!r} is not an integer in digits 0-9")
+    value = int(text)
     if value < 1:
         raise TopologyError(f"{path}:{lineno}: {what} must be >= 1, got {value}")
+    if value > MAX_SLOTS:
+        raise TopologyError(f"{path}:{lineno}: {what} {value:,} is above procmap's limit of "
+                            f"{MAX_SLOTS:,}")
     return value
 
 
@@ -181,18 +220,22 @@ def read_hostfile(path: str | os.PathLike) -> list[tuple[str, int]]:
 
     Returns ``(host, slots)`` pairs in file order. A host listed twice appears
     twice: Open MPI adds the slots up while Hydra hands out the entries in turn,
-    so the caller decides.
+    so the caller decides. A UTF-8 byte order mark (left by some Windows editors)
+    is skipped.
 
     Raises
     ------
     TopologyError
-        Naming file and line, for a bad slot count, an unknown option, or a file
-        without hosts. ``OSError`` propagates when the file cannot be read.
+        Naming file and line, for an invalid host name (:func:`check_host_name`), a
+        bad slot count, an unknown option, or a file without hosts. ``OSError``
+        propagates when the file cannot be read.
     """
     path_str = os.fspath(path)
     entries: list[tuple[str, int]] = []
     try:
-        with open(path_str, encoding="utf-8") as fh:
+        # utf-8-sig drops a leading BOM, which would otherwise become part of the
+        # first host name.
+        with open(path_str, encoding="utf-8-sig") as fh:
             lines = fh.readlines()
     except UnicodeDecodeError:
         raise TopologyError(f"{path_str}: not a text hostfile") from None
@@ -205,6 +248,7 @@ def read_hostfile(path: str | os.PathLike) -> list[tuple[str, int]]:
         host, sep, count = tokens[0].partition(":")
         if not host:
             raise TopologyError(f"{path_str}:{lineno}: missing host name in {line!r}")
+        check_host_name(host, f"{path_str}:{lineno}")
         slots = _positive_int(count, path_str, lineno, "slot count") if sep else 1
         slots_given = bool(sep)
         max_slots = None

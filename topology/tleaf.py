@@ -28,6 +28,7 @@ import math
 import os
 
 from procmap.errors import TopologyError
+from procmap.limits import is_decimal_int, is_decimal_number
 
 from .hierarchy import Hierarchy
 
@@ -78,7 +79,9 @@ def from_tleaf(text: str, **kwargs) -> Hierarchy:
     TopologyError
         One line naming what is wrong: another architecture keyword, a level
         count that does not match the numbers that follow, non-positive or
-        non-integer sizes, costs that are not numbers.
+        non-integer sizes, costs that are not numbers >= 0 (numbers in ASCII
+        digits only), or more than ``MAX_PES`` PEs in all (checked before any
+        per-PE array exists).
     """
     if not isinstance(text, str):
         raise TopologyError(f"tleaf text must be a string, got {type(text).__name__}")
@@ -93,35 +96,39 @@ def from_tleaf(text: str, **kwargs) -> Hierarchy:
         raise TopologyError(f"expected a Scotch 'tleaf' description, got {keyword!r}")
     if len(tokens) < 2:
         raise TopologyError("tleaf: missing the number of levels")
-    try:
-        nlev = int(tokens[1])
-    except ValueError:
-        raise TopologyError(f"tleaf: level count {tokens[1]!r} is not an integer") from None
+    # Numbers are plain ASCII decimals: int() and float() would also take "4_0" and
+    # fullwidth digits.
+    if not is_decimal_int(tokens[1]):
+        raise TopologyError(f"tleaf: level count {tokens[1]!r} is not an integer in digits 0-9")
+    nlev = int(tokens[1])
     if nlev < 1:
         raise TopologyError(f"tleaf: level count must be >= 1, got {nlev}")
     values = tokens[2:]
     if len(values) != 2 * nlev:
-        raise TopologyError(f"tleaf: {nlev} level{'s' if nlev != 1 else ''} need {2 * nlev} numbers "
-                            f"(size and cost per level), got {len(values)}")
+        raise TopologyError(f"tleaf: {nlev:,} level{'s' if nlev != 1 else ''} need {2 * nlev:,} "
+                            f"numbers (size and cost per level), got {len(values):,}")
     sizes, costs = [], []
     for i in range(nlev):
         size_tok, cost_tok = values[2 * i], values[2 * i + 1]
-        try:
-            size = int(size_tok)
-        except ValueError:
-            raise TopologyError(f"tleaf: size {size_tok!r} of level {i} is not an integer") from None
+        if not is_decimal_int(size_tok):
+            raise TopologyError(f"tleaf: size {size_tok!r} of level {i} is not an integer in "
+                                "digits 0-9")
+        size = int(size_tok)
         if size < 1:
             raise TopologyError(f"tleaf: size of level {i} must be >= 1, got {size}")
-        try:
-            cost = float(cost_tok)
-        except ValueError:
-            raise TopologyError(f"tleaf: cost {cost_tok!r} of level {i} is not a number") from None
+        if not is_decimal_number(cost_tok):
+            raise TopologyError(f"tleaf: cost {cost_tok!r} of level {i} is not a number >= 0 "
+                                "in digits 0-9")
+        cost = float(cost_tok)
         if not math.isfinite(cost) or cost < 0:
             raise TopologyError(f"tleaf: cost {cost_tok!r} of level {i} must be finite and >= 0")
         sizes.append(size)
         costs.append(cost)
     # Reverse to procmap's leaf-first order.
-    return Hierarchy(tuple(reversed(sizes)), tuple(reversed(costs)), **kwargs)
+    try:
+        return Hierarchy(tuple(reversed(sizes)), tuple(reversed(costs)), **kwargs)
+    except TopologyError as exc:  # e.g. too many PEs: say that it came from the tleaf text
+        raise TopologyError(f"tleaf: {exc}") from None
 
 
 def read_tleaf(path: str | os.PathLike, **kwargs) -> Hierarchy:
