@@ -6,8 +6,11 @@ Every command reports bad input as one line on stderr and exits with status 2;
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
 import warnings
 
@@ -48,6 +51,8 @@ def add_device_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _add_machine_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    from .limits import MAX_SLOTS
+
     g = p.add_argument_group("machine")
     g.add_argument("--hierarchy", "-H", metavar="A1:A2:..",
                    help="machine hierarchy, leaf first (e.g. 4:8:6), or a Scotch "
@@ -56,18 +61,38 @@ def _add_machine_args(p: argparse.ArgumentParser, required: bool = True) -> None
                    help="distance per level, leaf first (default 1:10:100:...)")
     g.add_argument("--distance-matrix", metavar="FILE",
                    help="explicit k x k distance matrix (text or .npy) instead of a hierarchy")
-    g.add_argument("--slots", type=int, default=None, metavar="N",
-                   help="slots per PE: tasks a PE may hold in rank placement (default 1). "
-                        "Giving it asks for rank placement: more tasks than slots is then an error")
+    # --slots is checked by _machine, not by argparse (type=int would also take
+    # "4_0" and fullwidth digits, and its errors print the usage, not one line).
+    g.add_argument("--slots", default=None, metavar="N",
+                   help="slots per PE: tasks a PE may hold in rank placement (default 1, at "
+                        f"most {MAX_SLOTS:,}). Giving it asks for rank placement: more tasks "
+                        "than slots is then an error")
     p.set_defaults(_machine_required=required)
 
 
+def _parse_slots(value: str | int | None) -> int:
+    """``--slots``: ASCII digits, 0..MAX_SLOTS (1 when not given)."""
+    from .errors import InputError
+    from .limits import MAX_SLOTS, is_decimal_int
+
+    if value is None:
+        return 1
+    text = str(value).strip()
+    if not is_decimal_int(text):
+        raise InputError(f"--slots {value}: expected a whole number >= 0 in digits 0-9")
+    slots = int(text)
+    if slots > MAX_SLOTS:
+        raise InputError(f"--slots {slots:,}: at most {MAX_SLOTS:,} slots per PE")
+    return slots
+
+
 def _machine(args):
+    """The machine of ``--hierarchy``/``--distance``/``--distance-matrix`` with
+    ``--slots`` slots on every PE. Every size is checked (``procmap.limits``) before
+    a per-PE array exists; bad input raises a :class:`ProcmapError`."""
     from .topology import DistanceMatrix, Hierarchy, from_tleaf
 
-    slots = 1 if args.slots is None else args.slots
-    if slots < 0:
-        raise ProcmapError(f"--slots {args.slots}: must be >= 0")
+    slots = _parse_slots(args.slots)
     if args.distance_matrix:
         if args.hierarchy:
             raise ProcmapError("give either --hierarchy or --distance-matrix, not both")
@@ -161,8 +186,13 @@ def _cmd_map(args) -> int:
     from .api import map_tasks
     from .errors import CapacityError
     from .formats import read_graph, write_mapping
+    from .formats.atomic import check_output
     from .objective import evaluate
 
+    to_stdout = False
+    if args.output is not None:
+        # Before any input is read: a bad -o fails at once, not after the mapping.
+        to_stdout = check_output(args.output, [args.graph, args.distance_matrix]).kind == "stdout"
     topo = _machine(args)
     if args.threads is not None:
         _set_threads(args.threads)
@@ -182,28 +212,35 @@ def _cmd_map(args) -> int:
     mapping = map_tasks(graph, topo, engine=args.engine, eps=args.imbalance, seed=args.seed,
                         device=args.device, coarsening=args.coarsening,
                         refinement=args.refinement, progress=progress)
-    ev = mapping.evaluation
     block = evaluate(graph, topo, baselines.block(graph.n, topo), eps=args.imbalance)
-    gain = (1.0 - ev.J / block.J) if block.J else 0.0
-    if args.output:
+    if args.output is not None:
         write_mapping(mapping.pes, args.output)
-    seconds = {"read": t_read, **mapping.seconds}
+    # With -o - standard output carries the mapping: the report (text or JSON) goes
+    # to stderr instead, so that `procmap map ... -o - > app.map` is a clean file.
+    with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):
+        _print_map_report(args, graph, topo, mapping, block.J, {"read": t_read, **mapping.seconds},
+                          to_stdout)
+    return 0
+
+
+def _print_map_report(args, graph, topo, mapping, j_block, seconds: dict, to_stdout: bool) -> None:
+    ev = mapping.evaluation
+    gain = (1.0 - ev.J / j_block) if j_block else 0.0
     if args.json:
         out = {"graph": args.graph, "tasks": graph.n, "edges": graph.m,
                "machine": _describe_machine(topo), "output": args.output,
-               **mapping.as_dict(), "seconds": seconds, "J_block": block.J,
+               **mapping.as_dict(), "seconds": seconds, "J_block": j_block,
                "improvement_over_block": gain}
         print(json.dumps(out, indent=2))
-        return 0
+        return
     _print_header(args.graph, graph, topo)
     print(f"engine    {mapping.engine} (seed {args.seed}, {mapping.device})")
     _print_quality(ev)
     verdict = f"{100 * gain:.1f}% lower" if gain >= 0 else f"{-100 * gain:.1f}% higher"
-    print(f"vs block  J {block.J} for the block placement: procmap is {verdict}")
+    print(f"vs block  J {j_block} for the block placement: procmap is {verdict}")
     print("time      " + ", ".join(f"{k} {v:.3f} s" for k, v in seconds.items()))
-    if args.output:
-        print(f"wrote     {args.output}")
-    return 0
+    if args.output is not None:
+        print(f"wrote     {'standard output' if to_stdout else args.output}")
 
 
 def _print_header(path, graph, topo) -> None:
@@ -254,11 +291,16 @@ def _cmd_topology(args) -> int:
 
 # ---------------------------------------------------------------- convert
 def _cmd_convert(args) -> int:
-    from .formats import read_graph, write_graph
+    from .formats import detect_format, read_graph, write_graph
+    from .formats.atomic import check_output
 
+    # The output is checked before the (possibly large) input is read.
+    dest = check_output(args.output, [args.input])
+    detect_format(args.output, args.output_format)
     graph = read_graph(args.input, args.input_format)
     write_graph(graph, args.output, args.output_format)
-    print(f"wrote {args.output}: {graph.n} tasks, {graph.m} edges", file=sys.stderr)
+    name = "standard output" if dest.kind == "stdout" else args.output
+    print(f"wrote {name}: {graph.n} tasks, {graph.m} edges", file=sys.stderr)
     return 0
 
 
@@ -322,7 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, metavar="N",
                    help="CPU threads to use (default: all, i.e. NUMBA_NUM_THREADS); the "
                         "mapping does not depend on it")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the mapping: one PE id per line")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write the mapping: one PE id per line ('-': to stdout, and the report "
+                        "to stderr)")
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.add_argument("--progress", action="store_true", help="progress lines even when not a terminal")
@@ -359,7 +403,67 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"procmap: warning: {message}", file=sys.stderr)
 
 
+class _Terminated(BaseException):
+    """SIGTERM as an exception: ``finally`` blocks and :func:`atomic_write` clean up."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """Inside the block SIGTERM raises :class:`_Terminated` (main thread only, where
+    handlers can be set; a handler set outside Python or SIG_IGN is left alone)."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if (threading.current_thread() is not threading.main_thread() or previous is None
+            or previous == signal.SIG_IGN):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run ``procmap argv``; return the exit status.
+
+    0 on success; 2 for bad input (one line ``procmap: error: ...`` on stderr);
+    130 after SIGINT and 143 after SIGTERM (one line, no traceback; an output
+    being written is discarded and no temporary file is left).
+    """
+    try:
+        try:
+            with _sigterm_raises():
+                return _run(argv)
+        except KeyboardInterrupt:
+            print("procmap: interrupted", file=sys.stderr)
+            return 130
+        except _Terminated:
+            print("procmap: terminated", file=sys.stderr)
+            return 143
+    finally:
+        if argv is None:  # the procmap process itself: only the interpreter's exit is left
+            _ignore_signals_while_exiting()
+
+
+def _ignore_signals_while_exiting() -> None:
+    """Ignore SIGINT and SIGTERM once the work is done and reported.
+
+    The interpreter's shutdown still takes a few tenths of a second (Numba's and
+    the threads' clean-up) after Python has put the default handlers back, so a
+    signal then killed the process (status -2/-15, at times with a traceback)
+    although every output was complete; ignored, the exit status stays the one
+    ``main`` returned.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -377,9 +481,6 @@ def main(argv: list[str] | None = None) -> int:
         msg = str(exc).replace("\n", " ")
         print(f"procmap: error: {msg}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("procmap: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

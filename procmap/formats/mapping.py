@@ -14,7 +14,7 @@ import numpy as np
 from procmap.errors import FormatError, InputError
 
 from .atomic import atomic_write, read_bytes
-from .comm import format_int_lines, show_number
+from .comm import show_number
 from .tokenizer import tokenize
 
 _EXACT_INT = 2.0**53
@@ -61,5 +61,32 @@ def write_mapping(pes, path: str | os.PathLike) -> None:
     array = array.astype(np.int64)
     if array.size and array.min() < 0:
         raise InputError(f"negative PE id {int(array.min())} (task {int(np.argmin(array))})")
+    text = _id_lines(array)  # formatted before the file is opened: see _id_lines
     with atomic_write(path, "wb") as handle:
-        handle.write(format_int_lines(array, np.arange(array.size + 1)))
+        handle.write(text)
+
+
+def _id_lines(ids: np.ndarray) -> bytes:
+    """``ids`` (int64, >= 0) as decimal text, one per line, in vectorised NumPy.
+
+    Not the Numba formatter of the graph writers: ``procmap map`` needs it nowhere
+    else, so it would be compiled (or loaded from the cache) here, at the end of
+    the run; a KeyboardInterrupt raised inside llvmlite's callbacks while it
+    compiles is lost or crashes the process. One pass per digit.
+    """
+    if ids.size == 0:
+        return b""
+    widths = np.ones(ids.size, dtype=np.int64)
+    top, power = int(ids.max()), 10
+    while power <= top:
+        widths += ids >= power
+        power *= 10
+    ends = np.cumsum(widths + 1)  # one past each line's newline
+    out = np.full(int(ends[-1]), ord("\n"), dtype=np.uint8)
+    rest = ids.copy()
+    last = ends - 2  # position of each number's last (units) digit
+    for digit in range(int(widths.max())):
+        live = widths > digit
+        out[last[live] - digit] = ord("0") + rest[live] % 10
+        rest //= 10
+    return out.tobytes()
