@@ -1,8 +1,10 @@
 #!/bin/sh
 # Example site TaskProlog for procmap (slurm.conf:  TaskProlog=/etc/slurm/taskprolog.sh).
 #
-# slurmstepd runs the TaskProlog before every task, with the task's environment, and
-# applies the "export NAME=value" lines it prints (launcher notes 3.4). This one
+# slurmstepd runs the TaskProlog before every task, with the task's environment,
+# applies the "export NAME=value" lines it prints (launcher notes 3.4) and writes
+# the text of its "print ..." lines to the task's output; its stderr goes nowhere,
+# so procmap's diagnostics are "print procmap_taskprolog: ..." lines. This one
 # keeps the site's own exports and appends procmap's:
 #   PROCMAP_RANK_MAP, PROCMAP_NEW_RANK, PROCMAP_CPU and, when the job asked for it
 #   with PROCMAP_BIND=1, SLURM_PROLOG_CPU_MASK (binds the task to procmap's core).

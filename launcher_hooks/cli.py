@@ -22,6 +22,7 @@ import sys
 import textwrap
 import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,9 +32,11 @@ from procmap import baselines
 from procmap.api import ENGINES, map_tasks
 from procmap.errors import CapacityError, ProcmapError, TopologyError
 from procmap.formats import GRAPH_FORMATS, read_graph
+from procmap.limits import MAX_TASKS, is_decimal_int, is_decimal_number
+from procmap.formats.atomic import check_output
 from procmap.objective import Evaluation, evaluate
-from procmap.topology import (Hierarchy, SlurmAllocation, describe, detect_slurm,
-                              expand_hostlist, read_hostfile)
+from procmap.topology import (Hierarchy, SlurmAllocation, check_host_name, describe,
+                              detect_slurm, expand_hostlist, read_hostfile)
 
 from . import mpich, openmpi, slurm
 from .placement import (HostLayout, canonical_cores, check_one_rank_per_core, format_cpus,
@@ -132,8 +135,15 @@ def _layout(args, topology, hosts: HostSpec) -> HostLayout:
     return layout
 
 
-def _read_graph(args, ntasks: int | None, ntasks_source: str):
-    """Read the graph; pad it with silent ranks up to ``ntasks`` when the job has more."""
+def _read_graph(args, ntasks: int | None, ntasks_source: str, layout: HostLayout | None = None):
+    """Read the graph; pad it with silent ranks up to ``ntasks`` when the job has more.
+
+    ``ntasks`` is checked first (:func:`_check_ntasks`: at most ``MAX_TASKS`` and,
+    given ``layout``, at most its slots), so that a huge ``SLURM_NTASKS`` costs a
+    one-line error, not an allocation of that many tasks.
+    """
+    if ntasks is not None:
+        _check_ntasks(ntasks, ntasks_source, layout)
     graph = read_graph(args.graph, args.format)
     if ntasks is not None:
         if ntasks < graph.n:
@@ -243,9 +253,22 @@ def _progress(args, progress_class):
     return progress_class(not args.quiet and sys.stderr.isatty())
 
 
+def _check_outputs(args, rank_map: str | None = None) -> None:
+    """Refuse an unwritable output, or one that is also an input (the graph,
+    --hostfile, --distance-matrix) or the other output, before anything is read.
+    ``rank_map`` defaults to ``--rank-map`` (slurm). Standard output is refused:
+    the launch line names the file."""
+    inputs = [args.graph, args.hostfile, args.distance_matrix]
+    check_output(args.output, inputs, stdout=False)
+    rank_map = rank_map if rank_map is not None else getattr(args, "rank_map", None)
+    if rank_map is not None:
+        check_output(rank_map, inputs, outputs=[args.output], stdout=False)
+
+
 # ----------------------------------------------------------------- rankfile
 def _cmd_rankfile(args, *, machine: Callable, progress_class) -> int:
     # Check what can fail cheaply before the (possibly long) mapping.
+    _check_outputs(args)
     forced = openmpi.parse_forced_version(args.openmpi_version) if args.openmpi_version else None
     hosts = _hosts_from_args(args)
     layout = _layout(args, machine(args), hosts)
@@ -284,6 +307,7 @@ def _cmd_rankfile(args, *, machine: Callable, progress_class) -> int:
 
 # -------------------------------------------------------------- machinefile
 def _cmd_machinefile(args, *, machine: Callable, progress_class) -> int:
+    _check_outputs(args)
     hosts = _hosts_from_args(args)
     layout = _layout(args, machine(args), hosts)
     graph = _read_graph(args, args.ntasks, "--ntasks")
@@ -386,6 +410,7 @@ def _slurm_outputs(args, placed_node: np.ndarray, placed_core: np.ndarray,
                      "(whole nodes, e.g. sbatch --exclusive); check with --cpu-bind=verbose")
     notes.append("export SLURM_HOSTFILE only around this srun: at submission it clashes with "
                  "--nodes")
+    _check_outputs(args, rank_map)  # again here: the prolog fallback writes through this too
     slurm.write_hostfile(args.output, hosts, placed_node)
     if rank_map is not None:
         slurm.write_rank_map(rank_map, hosts, placed_node, placed_core)
@@ -419,53 +444,75 @@ def _print_slurm(args, placed: Placed | None, hosts: HostSpec, out: dict,
         print(f"note: {note}")
 
 
-def _slurm_run(args, machine: Callable, progress_class, deadline: float | None,
-               state: dict) -> int:
-    """The normal path; ``state`` records what is known for a prolog fallback."""
-    hosts, alloc = _slurm_hosts(args)
-    state["hosts"] = hosts
-    ntasks, source = _slurm_ntasks(args, alloc)
-    state["ntasks"] = ntasks
-    layout = _layout(args, _slurm_machine(args, machine, hosts, alloc), hosts)
-    state["layout"] = layout
-    graph = _read_graph(args, ntasks, source)
-    state["graph"] = graph
+def _slurm_map(args, layout: HostLayout, hosts: HostSpec, graph, progress) -> Placed:
+    """Check the slots and map ``graph``: with :func:`_read_graph`, what runs under
+    the deadline (in a child process, see :func:`.slurm.run_with_deadline`)."""
     _check_slots(graph, layout, hosts)
-    placed = _place(args, layout, graph, _progress(args, progress_class), deadline)
+    return _place(args, layout, graph, progress)
+
+
+def _slurm_run(args, machine: Callable, progress_class, deadline: float | None) -> int:
+    """The normal path: allocation and layout here, reading and mapping under
+    ``deadline`` (``None``: no limit), then the outputs and the report."""
+    _check_outputs(args)  # before anything is read
+    hosts, alloc = _slurm_hosts(args)
+    ntasks, source = _slurm_ntasks(args, alloc)
+    layout = _layout(args, _slurm_machine(args, machine, hosts, alloc), hosts)
+    if ntasks is not None:
+        _check_ntasks(ntasks, source, layout)  # before the (possibly long) read
+    progress = _progress(args, progress_class)
+
+    def read_and_map() -> Placed:
+        return _slurm_map(args, layout, hosts, _read_graph(args, ntasks, source, layout), progress)
+    placed = slurm.run_with_deadline(read_and_map, deadline)
     out = _slurm_outputs(args, placed.node, placed.core, layout.hosts)
     _print_slurm(args, placed, hosts, out, None)
     return 0
 
 
-def _slurm_fallback(args, reason: str, state: dict) -> int:
-    """Prolog context: write the block placement and say why, in exactly one stderr line."""
-    hosts: HostSpec | None = state.get("hosts")
-    layout: HostLayout | None = state.get("layout")
-    graph = state.get("graph")
+# The largest --timeout: a day is more than any launcher step needs.
+_MAX_TIMEOUT = 86400.0
+
+
+def _parse_timeout(text: str | float) -> float:
+    """``--timeout``: seconds, a finite number > 0 (plain notation, at most a day)."""
+    value = str(text).strip()
+    seconds = float(value) if is_decimal_number(value) else float("nan")
+    if not 0 < seconds <= _MAX_TIMEOUT:  # also false for nan
+        raise ProcmapError(f"--timeout {text}: expected a number of seconds > 0 and at most "
+                           f"{_MAX_TIMEOUT:g}, e.g. 20 or 2.5")
+    return seconds
+
+
+def _budget_start() -> float:
+    """The :func:`time.monotonic` value ``--timeout`` counts from: the start of this
+    process when it is the ``procmap`` command (start-up and imports count, as they
+    do for a prolog's wall clock), else now (called from Python)."""
+    now = time.monotonic()
+    program = sys.argv[0] if sys.argv else ""
+    is_procmap = (os.path.basename(program) == "procmap"
+                  or program.endswith(os.path.join("procmap", "__main__.py")))
+    age = slurm.process_age() if is_procmap else None
+    return now - age if age is not None else now
+
+
+def _cmd_slurm(args, *, machine: Callable, progress_class) -> int:
+    """``procmap slurm``; in a prolog context see :func:`_slurm_prolog`."""
+    if slurm.is_prolog_context(args.prolog):
+        return _slurm_prolog(args, machine, progress_class)
+    timeout = None if args.timeout is None else _parse_timeout(args.timeout)
+    deadline = None if timeout is None else _budget_start() + timeout
     try:
-        if hosts is None:
-            raise ProcmapError("no host list")
-        placed = None
-        if layout is not None and graph is not None and graph.n <= layout.hierarchy.total_slots:
-            placed = _block_placed(layout, graph, "block (fallback)")
-            node, core, names = placed.node, placed.core, layout.hosts
-        else:
-            n = graph.n if graph is not None else state.get("ntasks")
-            if n is None:
-                raise ProcmapError("the task count is unknown (no graph, no SLURM_NTASKS)")
-            node, core = slurm.fallback_nodes(n, len(hosts.names), hosts.slots)
-            names = hosts.names
-        out = _slurm_outputs(args, node, core, names)
-    except Exception as exc:  # noqa: BLE001 - a prolog must not fail, whatever happened
-        print(f"procmap: prolog: {reason}; no fallback written ({_one_line(exc)})", file=sys.stderr)
-        return 0
-    print(f"procmap: prolog: {reason}; fell back to the block placement in {args.output}",
-          file=sys.stderr)
-    try:
-        _print_slurm(args, placed, hosts, out, reason)
-    except Exception:  # noqa: BLE001 - e.g. a closed stdout; the files are written
-        pass
-    return 0
+        return _slurm_run(args, machine, progress_class, deadline)
+    except slurm.MappingTimeout:
+        from procmap.kernels.backend import kernel_cache_is_warm
+
+        hint = ("" if kernel_cache_is_warm() else
+                " (the kernel cache is cold: the first run compiles for about a minute; run "
+                "once without --timeout)")
+        raise ProcmapError(f"reading and mapping did not finish within --timeout {timeout:g} s; "
+                           f"nothing written{hint} (with --prolog, procmap falls back to the "
+                           "block placement instead)") from None
 
 
 def _one_line(exc: BaseException) -> str:
@@ -475,43 +522,402 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _cmd_slurm(args, *, machine: Callable, progress_class) -> int:
-    start = time.monotonic()
-    if args.timeout is not None and args.timeout <= 0:
-        raise ProcmapError(f"--timeout {args.timeout}: must be > 0 seconds")
-    deadline = None if args.timeout is None else start + args.timeout
-    state: dict = {}
-    if not slurm.is_prolog_context(args.prolog):
-        try:
-            return _slurm_run(args, machine, progress_class, deadline, state)
-        except slurm.MappingTimeout:
-            raise ProcmapError(f"the mapping did not finish within --timeout {args.timeout:g} s; "
-                               "nothing written (in a prolog, --prolog falls back instead)") from None
-    # Prolog: stderr carries exactly one line, and only on fallback.
+# ------------------------------------------------------------- slurm prolog
+# Slurm's variables for CPUs and tasks, in detect_slurm's order of preference.
+_SLURM_CPU_VARS = ("SLURM_JOB_CPUS_PER_NODE", "SLURM_CPUS_ON_NODE")
+_SLURM_TASK_VARS = ("SLURM_NTASKS", "SLURM_JOB_NTASKS")
+# Seconds kept back at the end of a prolog's budget for killing the child, writing
+# the mapping and exiting (the interpreter's shutdown alone takes 0.1-0.3 s); twice
+# the time the fallback took to write is added.
+_PROLOG_RESERVE = 0.5
+# Seconds the cheap steps (allocation, fallback) get when start-up spent the budget.
+_CHEAP_GRACE = 0.1
+
+
+@dataclass
+class _Prolog:
+    """What a prolog run has learnt so far. The first problem is the one reported."""
+
+    args: argparse.Namespace
+    deadline: float                    # time.monotonic() by which the process has exited
+    reason: str | None = None          # the first problem: what the stderr line says
+    hosts: HostSpec | None = None      # the allocation, read leniently, for the fallback
+    ntasks: int | None = None
+    ntasks_source: str = ""
+    written: dict | None = None        # the fallback's outputs (_slurm_outputs), once written
+    unwritten: str | None = None       # why no fallback can be written
+    reserve: float = _PROLOG_RESERVE
+
+    def fail(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def run(self, fn: Callable, *, child: bool):
+        """``fn()`` under this prolog's deadline: in a child process, up to the
+        reserve; or in a thread for the cheap steps (which no kernel delays), up to
+        the deadline itself -- and briefly even past it when start-up has spent the
+        budget: the fallback depends on them."""
+        if child:
+            return slurm.run_with_deadline(fn, self.deadline - self.reserve, quiet=True)
+        return slurm.call_with_deadline(fn, max(self.deadline, time.monotonic() + _CHEAP_GRACE))
+
+
+def _slurm_prolog(args, machine: Callable, progress_class) -> int:
+    """``procmap slurm`` in a prolog: exit 0 within the budget, whatever happens.
+
+    Cheap steps first, in this process: the budget (``--timeout``, default
+    :data:`.slurm.PROLOG_TIMEOUT`, from the process's start), the allocation (read
+    leniently, so that one bad variable or argument loses only itself) and, as soon
+    as hosts and a task count are known, Slurm's block placement, written atomically.
+    Reading and mapping then run in a child process killed at the deadline; on
+    success their placement replaces the fallback. A prolog never compiles: with a
+    cold kernel cache the fallback stays. stderr carries exactly one line, and only
+    when the mapping did not land; the exit status is always 0.
+    """
     args.quiet = True
     args._silent = True
+    budget, problem = slurm.PROLOG_TIMEOUT, None
+    if args.timeout is not None:
+        try:
+            budget = _parse_timeout(args.timeout)
+        except ProcmapError as exc:
+            problem = f"{exc}; used {budget:g} s"
+    st = _Prolog(args, _budget_start() + budget)
+    if problem is not None:
+        st.fail(problem)
+    extras = getattr(args, "_prolog_extras", None)
+    if extras:
+        st.fail(f"unrecognized arguments: {' '.join(extras)}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return _slurm_run(args, machine, progress_class, deadline, state)
-        except slurm.MappingTimeout:
-            return _slurm_fallback(args, f"the mapping did not finish within --timeout "
-                                         f"{args.timeout:g} s", state)
-        except Exception as exc:  # noqa: BLE001 - ANY failure falls back in a prolog
-            return _slurm_fallback(args, _one_line(exc), state)
+            _prolog_map(st, machine, progress_class, budget)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours must not fail a prolog either
+            st.fail(_one_line(exc))
+        _prolog_finish(st)
+    return 0
+
+
+def _prolog_map(st: _Prolog, machine: Callable, progress_class, budget: float) -> None:
+    """The prolog's steps; every problem goes to ``st.fail``, nothing raises on purpose."""
+    args = st.args
+    try:
+        job = st.run(lambda: _prolog_allocation(st, machine), child=False)
+    except slurm.MappingTimeout:
+        st.fail("reading the allocation did not finish within the budget")
+        return
+    _slurm_fallback(st)
+    if st.reason is not None or job is None:
+        return
+    from procmap.kernels.backend import kernel_cache_is_warm
+
+    if not kernel_cache_is_warm():
+        st.fail("the compiled-kernel cache is cold and a prolog never compiles (about a minute): "
+                "run `procmap map` on any small graph once outside the prolog to fill it")
+        return
+    layout, hosts, ntasks, source = job
+    progress = progress_class(False)
+    try:
+        placed, n, why = st.run(
+            lambda: _prolog_child(args, layout, hosts, ntasks, source, progress), child=True)
+    except slurm.MappingTimeout:
+        limit = (f"--timeout {budget:g} s" if args.timeout is not None else
+                 f"the default budget of {budget:g} s (--timeout)")
+        st.fail(f"reading and mapping {args.graph} did not finish within {limit}")
+        return
+    except ProcmapError as exc:  # the child died
+        st.fail(_one_line(exc))
+        return
+    if placed is None:
+        st.fail(why)
+        if st.ntasks is None and n is not None:
+            st.ntasks, st.ntasks_source = n, args.graph
+        return
+    out = _slurm_outputs(args, placed.node, placed.core, layout.hosts)
+    try:
+        _print_slurm(args, placed, hosts, out, None)
+    except Exception:  # noqa: BLE001 - e.g. a closed stdout; the files are written
+        pass
+
+
+def _prolog_child(args, layout: HostLayout, hosts: HostSpec, ntasks: int | None, source: str,
+                  progress) -> tuple[Placed | None, int | None, str | None]:
+    """The prolog's child process: ``(placed, n, None)`` or ``(None, n, why)``; ``n`` is
+    the graph's task count once read (the fallback's when the job gives none)."""
+    n = None
+    try:
+        graph = _read_graph(args, ntasks, source, layout)
+        n = graph.n
+        return _slurm_map(args, layout, hosts, graph, progress), n, None
+    except Exception as exc:  # noqa: BLE001 - the parent falls back, whatever it was
+        return None, n, _one_line(exc)
+
+
+def _prolog_allocation(st: _Prolog, machine: Callable):
+    """Read the allocation leniently into ``st`` (for the fallback), then strictly.
+
+    Returns ``(layout, hosts, ntasks, source)`` for the mapping, or ``None`` once a
+    problem has ruled the mapping out (recorded in ``st``).
+    """
+    args = st.args
+    st.hosts, st.ntasks, st.ntasks_source, problem = _lenient_allocation(args)
+    if problem is not None:
+        st.fail(problem)
+    if st.reason is not None:
+        return None
+    try:
+        _check_outputs(args)
+        hosts, alloc = _slurm_hosts(args)
+        ntasks, source = _slurm_ntasks(args, alloc)
+        layout = _layout(args, _slurm_machine(args, machine, hosts, alloc), hosts)
+        if ntasks is not None:
+            _check_ntasks(ntasks, source, layout)
+    except Exception as exc:  # noqa: BLE001 - any problem falls back
+        st.fail(_one_line(exc))
+        return None
+    return layout, hosts, ntasks, source
+
+
+def _lenient_slurm_env() -> tuple[SlurmAllocation | None, str | None, frozenset]:
+    """The Slurm allocation, losing only what is broken: ``(alloc, problem, lost)``.
+
+    ``lost`` names what a bad variable cost (``"cpus"``, ``"tasks"``, ``"hosts"``);
+    ``problem`` is the first error met.
+    """
+    env = dict(os.environ)
+    attempts = ((frozenset(), ()), (frozenset({"cpus"}), _SLURM_CPU_VARS),
+                (frozenset({"tasks"}), _SLURM_TASK_VARS),
+                (frozenset({"cpus", "tasks"}), _SLURM_CPU_VARS + _SLURM_TASK_VARS))
+    problem = None
+    for lost, dropped in attempts:
+        try:
+            alloc = detect_slurm({k: v for k, v in env.items() if k not in dropped})
+        except Exception as exc:  # noqa: BLE001 - lenient: whatever it is, try without
+            problem = problem or _one_line(exc)
+            continue
+        return alloc, problem, lost
+    return None, problem, frozenset({"hosts", "cpus", "tasks"})
+
+
+def _lenient_allocation(args) -> tuple[HostSpec | None, int | None, str, str | None]:
+    """Hosts (with CPUs or slots if known), task count, its source, and the first problem.
+
+    Hosts: ``--hosts`` (each once, in first-seen order; the allocation's CPUs when it
+    holds them all) or ``--hostfile``, else the Slurm node list -- also when the given
+    ones are unusable. Tasks: ``--ntasks``, else ``SLURM_NTASKS``/``SLURM_JOB_NTASKS``;
+    ``None`` when neither is usable (``SLURM_NTASKS=0`` included): the fallback then
+    takes the graph's task count. More tasks than the hosts' CPUs is a problem.
+    """
+    problems: list[str] = []
+    alloc, env_problem, lost = _lenient_slurm_env()
+    hosts = None
+    if args.hosts is not None or args.hostfile is not None:
+        try:
+            hosts, problem = _lenient_given_hosts(args, alloc)
+            if problem is not None:
+                problems.append(problem)
+        except OSError as exc:
+            problems.append(f"cannot read --hostfile {args.hostfile}: {exc.strerror or exc}")
+        except ProcmapError as exc:
+            problems.append(_one_line(exc))
+    if env_problem is not None and (hosts is None or ("tasks" in lost and args.ntasks is None)):
+        problems.append(env_problem)
+    if hosts is None and alloc is not None:
+        hosts = HostSpec(alloc.hosts, alloc.cpus_per_node, "Slurm")
+    ntasks, source = None, ""
+    if args.ntasks is not None:
+        text = str(args.ntasks).strip()
+        if is_decimal_int(text) and 1 <= int(text) <= MAX_TASKS:
+            ntasks, source = int(text), "--ntasks"
+        else:
+            problems.append(f"--ntasks {args.ntasks}: expected a whole number of tasks from 1 "
+                            f"to {MAX_TASKS:,}")
+    if ntasks is None and alloc is not None and alloc.ntasks is not None:
+        ntasks, source = alloc.ntasks, "SLURM_NTASKS"
+    if hosts is not None and ntasks is not None:
+        over = _oversubscribed(hosts, ntasks, source)
+        if over is not None:
+            problems.insert(0, over)  # the one that matters: nothing can be written
+    return hosts, ntasks, source, (problems[0] if problems else None)
+
+
+def _lenient_given_hosts(args, alloc: SlurmAllocation | None) -> tuple[HostSpec, str | None]:
+    """``--hosts`` or ``--hostfile`` for the fallback, and a problem to report. A host
+    listed twice in ``--hosts`` counts once (the mapping refuses the list)."""
+    if args.hostfile is not None:
+        entries = merge_host_slots(read_hostfile(args.hostfile))
+        return HostSpec(tuple(h for h, _ in entries), tuple(s for _, s in entries),
+                        f"hostfile {args.hostfile}"), None
+    listed = [check_host_name(h) for h in expand_hostlist(args.hosts)]
+    names = tuple(dict.fromkeys(listed))
+    problem = None
+    if len(names) < len(listed):
+        counts = Counter(listed)
+        twice = next(h for h in names if counts[h] > 1)
+        problem = f"--hosts {args.hosts}: host {twice!r} is listed twice"
+    cpus = dict(zip(alloc.hosts, alloc.cpus_per_node)) if alloc and alloc.cpus_per_node else {}
+    slots = tuple(cpus[h] for h in names) if all(h in cpus for h in names) else None
+    return HostSpec(names, slots, f"--hosts {args.hosts}"), problem
+
+
+def _oversubscribed(hosts: HostSpec, ntasks: int, source: str) -> str | None:
+    """Why ``ntasks`` tasks cannot be placed on ``hosts``' CPUs or slots, if they cannot."""
+    if hosts.slots is None or ntasks <= sum(hosts.slots):
+        return None
+    return (f"{ntasks:,} tasks ({source}) but the allocation has {sum(hosts.slots):,} CPUs on "
+            f"{len(hosts.names)} host{'s' if len(hosts.names) != 1 else ''}: the job "
+            "oversubscribes, which Slurm refuses unless --overcommit")
+
+
+def _check_ntasks(ntasks: int, source: str, layout: HostLayout | None) -> None:
+    """A job's task count (``--ntasks``, ``SLURM_NTASKS``), checked before anything of
+    that size exists: at most ``MAX_TASKS``, and at most the slots of ``layout``."""
+    if not 1 <= ntasks <= MAX_TASKS:
+        raise CapacityError(f"{source} = {ntasks:,}: expected 1 to {MAX_TASKS:,} tasks")
+    if layout is not None and ntasks > layout.hierarchy.total_slots:
+        raise CapacityError(f"{source} = {ntasks:,} tasks but only "
+                            f"{layout.hierarchy.total_slots:,} slots on {len(layout.hosts)} hosts "
+                            f"({layout.pes_per_node} PEs per node); procmap never oversubscribes")
+
+
+def _slurm_fallback(st: _Prolog) -> None:
+    """Write Slurm's block placement once hosts and a task count are known.
+
+    Hosts in order, each filled up to its CPUs (or slots) where those are known;
+    never more tasks than CPUs (:func:`_oversubscribed`: then nothing is written).
+    Records the outputs in ``st.written``, or why not in ``st.unwritten``.
+    """
+    if st.written is not None or st.unwritten is not None:
+        return
+    if st.hosts is None or st.ntasks is None:
+        return
+    over = _oversubscribed(st.hosts, st.ntasks, st.ntasks_source)
+    if over is not None:
+        st.fail(over)
+        st.unwritten = "no placement fits"
+        return
+    t0 = time.monotonic()
+    node, core = slurm.fallback_nodes(st.ntasks, len(st.hosts.names), st.hosts.slots)
+    try:
+        st.written = _slurm_outputs(st.args, node, core, st.hosts.names)
+    except Exception as exc:  # noqa: BLE001 - a mapping could not be written either
+        st.fail(_one_line(exc))
+        st.unwritten = "the output cannot be written"
+        return
+    # The mapping's outputs take about as long to write: keep that time back.
+    st.reserve = _PROLOG_RESERVE + 2 * (time.monotonic() - t0)
+
+
+def _prolog_finish(st: _Prolog) -> None:
+    """After a failure: the fallback (if the graph gave the task count late) and the
+    one stderr line; then the fallback's report on stdout."""
+    if st.reason is None:
+        return
+    if st.written is None and st.unwritten is None and st.ntasks is None and st.hosts is not None:
+        _prolog_count_tasks(st)
+    _slurm_fallback(st)
+    args = st.args
+    if st.written is not None:
+        n, nhosts = st.ntasks, len(st.hosts.names)
+        line = (f"{st.reason}; fell back to Slurm's block placement in {args.output} "
+                f"({n:,} task{'s' if n != 1 else ''} on {nhosts} host{'s' if nhosts != 1 else ''})")
+    else:
+        why = st.unwritten or (
+            "no host list: give --hosts or --hostfile, or run inside a Slurm job"
+            if st.hosts is None else "the task count is unknown: set --ntasks or SLURM_NTASKS")
+        line = f"{st.reason}; nothing written ({why}): launch without SLURM_HOSTFILE"
+    try:
+        print(f"procmap: prolog: {line}", file=sys.stderr)
+        if st.written is not None and hasattr(args, "graph"):
+            _print_slurm(args, None, st.hosts, st.written, st.reason)
+    except Exception:  # noqa: BLE001 - e.g. closed stdout or stderr: nothing more to do
+        pass
+
+
+def _prolog_count_tasks(st: _Prolog) -> None:
+    """The fallback's task count from the graph, when the job gives none: read in a
+    child under the deadline, and only with a warm kernel cache (readers use kernels)."""
+    from procmap.kernels.backend import kernel_cache_is_warm
+
+    args = st.args
+    if not getattr(args, "graph", None) or not kernel_cache_is_warm():
+        return
+    try:
+        st.ntasks = st.run(lambda: read_graph(args.graph, args.format).n, child=True)
+        st.ntasks_source = args.graph
+    except Exception:  # noqa: BLE001 - the task count stays unknown, as the line says
+        pass
 
 
 def _prolog_safe_error(parser: argparse.ArgumentParser, message: str):
     """``error`` of the ``slurm`` subparser: in a prolog a usage error must not fail either.
 
-    Only the subparser's own errors pass here (a missing graph, a bad number);
-    unknown options are reported by the top-level parser and still exit 2.
+    It falls back as any other failure does, from the arguments that could be read
+    (:func:`_lenient_args`), and exits 0. Outside a prolog: argparse's usage error.
     """
-    if slurm.is_prolog_context("--prolog" in sys.argv[1:]):
-        print(f"procmap: prolog: {message}; nothing written, launch with the default placement",
-              file=sys.stderr)
-        sys.exit(0)
+    argv = getattr(parser, "_procmap_argv", None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if slurm.is_prolog_context(any(_is_prolog_flag(a) for a in argv)):
+        try:
+            args = _lenient_args(argv)
+            st = _Prolog(args, _budget_start() + slurm.PROLOG_TIMEOUT, reason=message)
+            if args is None:
+                st.unwritten = "the output file is unknown"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    if args is not None:
+                        st.hosts, st.ntasks, st.ntasks_source, _ = st.run(
+                            lambda: _lenient_allocation(args), child=False)
+                except Exception:  # noqa: BLE001 - the line says what could not be done
+                    pass
+                _prolog_finish(st)
+        finally:
+            sys.exit(0)
     argparse.ArgumentParser.error(parser, message)
+
+
+def _is_prolog_flag(word: str) -> bool:
+    # argparse accepts any unambiguous prefix of an option ("--prol").
+    return len(word) >= 4 and "--prolog".startswith(word)
+
+
+def _lenient_args(argv: list[str]) -> argparse.Namespace | None:
+    """What a fallback needs from arguments argparse refused (output, hosts, tasks);
+    ``None`` when even these cannot be read (``-o`` without a file name)."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p.add_argument("-o", "--output", default="hostfile")
+    p.add_argument("--hosts")
+    p.add_argument("--hostfile")
+    p.add_argument("-n", "--ntasks")
+    p.add_argument("--rank-map")
+    p.add_argument("--cpu-bind", action="store_true")
+    p.add_argument("--app", default="./app")
+
+    def refuse(message: str):
+        raise ProcmapError(message)
+    p.error = refuse  # type: ignore[method-assign]
+    try:
+        args, _ = p.parse_known_args(argv)
+    except ProcmapError:
+        return None
+    # Not known here; the output checks skip None.
+    args.graph = args.format = args.distance_matrix = None
+    args.json = False
+    return args
+
+
+def _slurm_parse_known_args(parser: argparse.ArgumentParser, args=None, namespace=None):
+    """``parse_known_args`` of the ``slurm`` subparser: remembers the words (for
+    :func:`_prolog_safe_error`) and, in a prolog, keeps unknown options for
+    :func:`_slurm_prolog` to report instead of argparse's exit 2."""
+    words = list(sys.argv[1:] if args is None else args)
+    parser._procmap_argv = words  # type: ignore[attr-defined]
+    ns, extras = argparse.ArgumentParser.parse_known_args(parser, args, namespace)
+    if extras and slurm.is_prolog_context(getattr(ns, "prolog", False)):
+        ns._prolog_extras = extras
+        extras = []
+    return ns, extras
 
 
 # ---------------------------------------------------------------- register
@@ -615,18 +1021,31 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
         epilog=_EPILOG, formatter_class=fmt,
         description=_wrap("Read the allocation from the Slurm environment (or --hosts), map the ranks "
                     "and write the SLURM_HOSTFILE for srun --distribution=arbitrary (one host per "
-                    "rank in rank order). In a prolog (--prolog or PROCMAP_PROLOG=1) every failure "
-                    "or a --timeout overrun falls back to the block placement, writes one line on "
-                    "stderr and exits 0."))
+                    "rank in rank order).") + "\n\n" + _wrap(
+                    "In a prolog (--prolog or PROCMAP_PROLOG=1) procmap exits 0 within --timeout "
+                    f"(default {slurm.PROLOG_TIMEOUT:g} s), whatever happens: Slurm's block "
+                    "placement (hosts in order, each filled up to its CPUs) is written first, as "
+                    "soon as the hosts and the task count (--ntasks, SLURM_NTASKS, else the "
+                    "graph's) are known, and the mapping replaces it if it finishes in time. "
+                    "Every failure, a bad argument included, keeps the fallback and writes one "
+                    "line on stderr; nothing is written when the tasks outnumber the CPUs. A "
+                    "prolog never compiles: with a cold kernel cache it falls back at once (run "
+                    "procmap map on any small graph once beforehand)."))
     _add_common(p, add_machine_args, "hostfile", hosts_required=False)
     add_device_arg(p)
     p.add_argument("--cpu-bind", action="store_true",
                    help="also give --cpu-bind=map_cpu: lists (node-local rank -> core)")
     p.add_argument("--rank-map", metavar="FILE",
                    help="also write the rank map read by procmap_taskprolog.sh (PROCMAP_RANK_MAP)")
-    p.add_argument("--timeout", type=float, metavar="SEC",
-                   help="time budget from the start; overrun is an error (a fallback with --prolog)")
+    # --timeout is checked by _parse_timeout (one line, and a fallback in a prolog).
+    p.add_argument("--timeout", metavar="SEC",
+                   help="wall-clock budget in seconds (> 0) from the start of procmap, reading "
+                        "and mapping included; overrun is an error, with --prolog a fallback "
+                        f"(default with --prolog: {slurm.PROLOG_TIMEOUT:g} s)")
     p.add_argument("--prolog", action="store_true",
-                   help="prolog context (also PROCMAP_PROLOG=1): never fail, fall back to block")
+                   help="prolog context (also PROCMAP_PROLOG=1): always exit 0 within the "
+                        "budget, falling back to Slurm's block placement")
     p.error = functools.partial(_prolog_safe_error, p)  # type: ignore[method-assign]
+    p.parse_known_args = functools.partial(  # type: ignore[method-assign]
+        _slurm_parse_known_args, p)
     p.set_defaults(func=functools.partial(_cmd_slurm, **helpers))

@@ -20,8 +20,11 @@
 # to SLURM_PROCID i and holds "new_rank [host [cpu]]".
 #
 # It never fails: a failing TaskProlog would kill the task. Every problem is one
-# line on stderr, and the exit status is always 0. POSIX sh and awk only: it runs
-# once per task, so it must start fast (no Python).
+#     print procmap_taskprolog: <what went wrong>
+# line on standard output: slurmstepd writes the text after "print " to the task's
+# output, where the user sees it (a TaskProlog's stderr goes nowhere). The exit
+# status is always 0. POSIX sh and awk only: it runs once per task, so it must
+# start fast (no Python).
 
 procmap_hexmask() {
     # Hex CPU mask with only bit $1 set, for any CPU number (no 64-bit overflow).
@@ -33,6 +36,12 @@ procmap_hexmask() {
         zeros=$((zeros - 1))
     done
     echo "0x$mask"
+}
+
+procmap_say() {
+    # A diagnostic the user sees: slurmstepd prints what follows "print ".
+    # printf, not echo: dash's echo would interpret backslashes in a map's line.
+    printf 'print procmap_taskprolog: %s\n' "$*"
 }
 
 procmap_is_number() {
@@ -50,19 +59,19 @@ procmap_taskprolog() {
     fi
     [ -n "$map" ] || return 0
     if [ ! -r "$map" ]; then
-        echo "procmap_taskprolog: cannot read rank map $map; no PROCMAP_* exports" >&2
+        procmap_say "cannot read rank map $map; no PROCMAP_* exports"
         return 0
     fi
     rank="${SLURM_PROCID:-}"
     if ! procmap_is_number "$rank"; then
-        echo "procmap_taskprolog: SLURM_PROCID is not set; no PROCMAP_* exports" >&2
+        procmap_say "SLURM_PROCID is not set; no PROCMAP_* exports"
         return 0
     fi
     line=$(awk -v want="$rank" '
         /^[ \t]*(#|$)/ { next }
         { if (seen++ == want) { print; exit } }' "$map" 2>/dev/null)
     if [ -z "$line" ]; then
-        echo "procmap_taskprolog: rank map $map has no line for SLURM_PROCID $rank" >&2
+        procmap_say "rank map $map has no line for SLURM_PROCID $rank"
         return 0
     fi
     set -f                                  # no globbing of the fields below
@@ -70,7 +79,7 @@ procmap_taskprolog() {
     set -- $line
     new_rank="${1:-}" host="${2:-}" cpu="${3:-}"
     if ! procmap_is_number "$new_rank"; then
-        echo "procmap_taskprolog: bad line for SLURM_PROCID $rank in $map: $line" >&2
+        procmap_say "bad line for SLURM_PROCID $rank in $map: $line"
         return 0
     fi
     echo "export PROCMAP_RANK_MAP=$map"
@@ -82,7 +91,7 @@ procmap_taskprolog() {
     if [ -n "$host" ] && [ "$host" != "$here" ]; then
         # The step was not launched with the map's host order (no SLURM_HOSTFILE?):
         # binding to another host's core would be wrong.
-        echo "procmap_taskprolog: rank $rank runs on $here, the map says $host; not binding" >&2
+        procmap_say "rank $rank runs on $here, the map says $host; not binding"
         return 0
     fi
     echo "export SLURM_PROLOG_CPU_MASK=$(procmap_hexmask "$cpu")"
