@@ -72,18 +72,9 @@ def _add_machine_args(p: argparse.ArgumentParser, required: bool = True) -> None
 
 def _parse_slots(value: str | int | None) -> int:
     """``--slots``: ASCII digits, 0..MAX_SLOTS (1 when not given)."""
-    from .errors import InputError
-    from .limits import MAX_SLOTS, is_decimal_int
+    from .limits import MAX_SLOTS, parse_count
 
-    if value is None:
-        return 1
-    text = str(value).strip()
-    if not is_decimal_int(text):
-        raise InputError(f"--slots {value}: expected a whole number >= 0 in digits 0-9")
-    slots = int(text)
-    if slots > MAX_SLOTS:
-        raise InputError(f"--slots {slots:,}: at most {MAX_SLOTS:,} slots per PE")
-    return slots
+    return 1 if value is None else parse_count(str(value), f"--slots {value}", 0, MAX_SLOTS)
 
 
 def _machine(args):

@@ -31,7 +31,7 @@ import numpy as np
 from procmap.errors import InputError, TopologyError
 
 __all__ = ["MAX_TASKS", "MAX_PES", "MAX_SLOTS", "MAX_SILENT_TASKS", "INT64_MAX",
-           "check_declared_tasks", "check_pes", "is_decimal_int", "is_decimal_number",
+           "check_declared_tasks", "check_pes", "is_decimal_int", "is_decimal_number", "parse_count",
            "npy_header", "npy_stream_header", "exact_sum", "check_total"]
 
 #: Largest number of tasks (task ids are int32 in ``adjncy``).
@@ -95,6 +95,25 @@ def is_decimal_int(text: str) -> bool:
     """True when ``text`` is a non-negative integer in ASCII digits only (``"40"``, not
     ``"4_0"``, ``"+40"``, ``" 40"`` or fullwidth digits); check it before ``int(text)``."""
     return _DECIMAL_INT.fullmatch(text) is not None
+
+
+def parse_count(text: str, what: str, low: int, high: int,
+                error: type[Exception] = InputError) -> int:
+    """A whole number written in ASCII digits, checked to lie in ``low..high``.
+
+    ``what`` names the value in the message (``"--slots 4_0"``,
+    ``"SLURM_NTASKS='0'"``, ``"hosts:3: slots"``); ``error`` is the exception class
+    raised with that one-line message (a :class:`~procmap.errors.ProcmapError`).
+    """
+    value = text.strip()
+    if not is_decimal_int(value):
+        raise error(f"{what} is not an integer in digits 0-9")
+    number = int(value)
+    if number < low:
+        raise error(f"{what} must be >= {low:,}")
+    if number > high:
+        raise error(f"{what} is above procmap's limit of {high:,}")
+    return number
 
 
 def is_decimal_number(text: str) -> bool:

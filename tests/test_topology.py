@@ -345,7 +345,7 @@ class TestHostfile:
 
     @pytest.mark.parametrize("text, message", [
         ("n1\nn2 slots=x\n", r"hosts:2: slots 'x' is not an integer"),
-        ("n1:0\n", r"hosts:1: slot count must be >= 1"),
+        ("n1:0\n", r"hosts:1: slot count '0' must be >= 1"),
         ("n1 foo=3\n", r"hosts:1: unknown hostfile option 'foo'"),
         ("n1 slots\n", r"hosts:1: expected key=value"),
         ("n1:2 slots=3\n", r"hosts:1: slot count given twice"),

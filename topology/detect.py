@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from procmap.errors import TopologyError
-from procmap.limits import MAX_PES, MAX_TASKS, check_pes, is_decimal_int
+from procmap.limits import MAX_PES, MAX_TASKS, check_pes, is_decimal_int, parse_count
 
 from .distance_matrix import DistanceMatrix
 from .hierarchy import Hierarchy
@@ -394,15 +394,7 @@ def detect_slurm(environ: Mapping[str, str] | None = None) -> SlurmAllocation | 
 
 def _parse_ntasks(var: str, text: str) -> int:
     """``SLURM_NTASKS``: ASCII digits, 1..MAX_TASKS."""
-    value = text.strip()
-    if not is_decimal_int(value):
-        raise TopologyError(f"{var}={text!r} is not an integer in digits 0-9")
-    ntasks = int(value)
-    if ntasks < 1:
-        raise TopologyError(f"{var}={text!r} must be >= 1")
-    if ntasks > MAX_TASKS:
-        raise TopologyError(f"{var}={text!r}: procmap handles at most {MAX_TASKS:,} tasks")
-    return ntasks
+    return parse_count(text, f"{var}={text!r}", 1, MAX_TASKS, TopologyError)
 
 
 # -------------------------------------------------------------------- summary

@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable
 
 from procmap.errors import TopologyError
-from procmap.limits import MAX_PES, MAX_SLOTS, is_decimal_int
+from procmap.limits import MAX_PES, MAX_SLOTS, is_decimal_int, parse_count
 
 # Absolute import of the third-party module of the same name: inside the package
 # this module is ``procmap.topology.hostlist``, so there is no clash.
@@ -197,15 +197,7 @@ _MAX_SLOT_KEYS = frozenset(f"{a}{sep}{b}" for a, b in (("max", "slots"), ("slots
 
 def _positive_int(text: str, path: str, lineno: int, what: str) -> int:
     """A slot count of a hostfile: ASCII digits, 1..MAX_SLOTS."""
-    if not is_decimal_int(text):
-        raise TopologyError(f"{path}:{lineno}: {what} {text!r} is not an integer in digits 0-9")
-    value = int(text)
-    if value < 1:
-        raise TopologyError(f"{path}:{lineno}: {what} must be >= 1, got {value}")
-    if value > MAX_SLOTS:
-        raise TopologyError(f"{path}:{lineno}: {what} {value:,} is above procmap's limit of "
-                            f"{MAX_SLOTS:,}")
-    return value
+    return parse_count(text, f"{path}:{lineno}: {what} {text!r}", 1, MAX_SLOTS, TopologyError)
 
 
 def read_hostfile(path: str | os.PathLike) -> list[tuple[str, int]]:
