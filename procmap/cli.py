@@ -423,21 +423,35 @@ def main(argv: list[str] | None = None) -> int:
 
     0 on success; 2 for bad input (one line ``procmap: error: ...`` on stderr);
     130 after SIGINT and 143 after SIGTERM (one line, no traceback; an output
-    being written is discarded and no temporary file is left).
+    being written is discarded and no temporary file is left), except in prolog
+    mode, which exits 0 whatever happens.
     """
     try:
         try:
             with _sigterm_raises():
                 return _run(argv)
-        except KeyboardInterrupt:
-            print("procmap: interrupted", file=sys.stderr)
-            return 130
-        except _Terminated:
-            print("procmap: terminated", file=sys.stderr)
-            return 143
+        except (KeyboardInterrupt, _Terminated) as exc:
+            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated"
+            if _in_prolog(argv):
+                # A prolog exits 0 whatever happens; its fallback, written first, stays.
+                print(f"procmap: prolog: {what}; the fallback placement (if one was "
+                      "written) stays", file=sys.stderr)
+                return 0
+            print(f"procmap: {what}", file=sys.stderr)
+            return 130 if isinstance(exc, KeyboardInterrupt) else 143
     finally:
         if argv is None:  # the procmap process itself: only the interpreter's exit is left
             _ignore_signals_while_exiting()
+
+
+def _in_prolog(argv: list[str] | None) -> bool:
+    """Whether this run is ``procmap slurm`` in prolog mode (``--prolog`` or
+    ``PROCMAP_PROLOG=1``), judged from the words alone (the parse may not have ended)."""
+    from .launcher_hooks.slurm import is_prolog_context
+
+    words = sys.argv[1:] if argv is None else argv
+    flag = any(len(w) >= 4 and "--prolog".startswith(w) for w in words)
+    return "slurm" in words and is_prolog_context(flag)
 
 
 def _ignore_signals_while_exiting() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -376,3 +377,22 @@ def test_taskprolog_diagnostics_are_print_lines(tmp_path):
         said = [line for line in done.stdout.splitlines() if not line.startswith("export ")]
         assert len(said) == 1 and said[0].startswith("print procmap_taskprolog: ")
         assert text in said[0]
+
+
+def test_signal_during_the_prolog_still_exits_0(tmp_path, big_graph):
+    """SIGTERM (or SIGINT) while the prolog maps: exit 0, one line, the fallback stays."""
+    out = tmp_path / "hosts"
+    env = _env(SLURM_JOB_NODELIST="n[1-4]", SLURM_JOB_CPUS_PER_NODE="250000(x4)",
+               SLURM_NTASKS="1000000", PROCMAP_PROLOG="1")
+    proc = subprocess.Popen([sys.executable, "-m", "procmap", "slurm", big_graph, "-o", str(out),
+                             "--timeout", "60"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not out.exists() and time.monotonic() < deadline:  # the fallback comes first
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert err.count("\n") == 1 and "terminated" in err, err
+    lines = out.read_text().splitlines()
+    assert len(lines) == 1_000_000 and lines[0] == "n1" and lines[-1] == "n4"
