@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from procmap.formats import atomic_write
+from procmap.options import MPICH_FLAVORS
 
 from .placement import common_list, cpu_lists, format_cpus, interleaved_hosts, runs
 
 __all__ = ["FLAVORS", "HydraPlan", "machinefile_text", "write_machinefile", "plan_hydra"]
 
-FLAVORS = ("mpich", "intel")
+FLAVORS = MPICH_FLAVORS
 
 
 def machinefile_text(hosts: Sequence[str], run_list: Sequence[tuple[int, int]]) -> str:

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeVar
 
 import numpy as np
@@ -34,20 +34,14 @@ import numpy as np
 from procmap.errors import ProcmapError
 from procmap.formats import atomic_write
 
+from .context import PROLOG_ENV, PROLOG_TIMEOUT, is_prolog_context  # noqa: F401 (re-exported)
 from .placement import common_list, cpu_lists, format_cpus
 
 __all__ = ["PROLOG_ENV", "hostfile_text", "write_hostfile", "rank_map_text", "write_rank_map",
            "srun_line", "per_node_cpu_lists", "common_cpu_list", "is_prolog_context", "fallback_nodes",
            "call_with_deadline", "run_with_deadline", "fork_is_safe", "process_age",
-           "MappingTimeout", "ChildFailed", "PROLOG_TIMEOUT", "taskprolog_path"]
+           "MappingTimeout", "ChildFailed", "PROLOG_TIMEOUT", "taskprolog_path", "one_line"]
 
-#: Set to 1 in a prolog's environment: ``procmap slurm`` then never fails.
-PROLOG_ENV = "PROCMAP_PROLOG"
-
-#: Seconds a prolog run may take when ``--timeout`` does not say (or says nonsense):
-#: long enough to map tens of thousands of ranks with a warm kernel cache, short
-#: enough not to hold up a job's start noticeably.
-PROLOG_TIMEOUT = 30.0
 
 T = TypeVar("T")
 
@@ -120,12 +114,6 @@ def common_cpu_list(lists: Sequence[tuple[str, list[int]]]) -> list[int] | None:
 
 
 # ------------------------------------------------------------------ prolog
-def is_prolog_context(flag: bool, environ: Mapping[str, str] | None = None) -> bool:
-    """``--prolog`` given, or ``PROCMAP_PROLOG=1`` in the environment."""
-    env = os.environ if environ is None else environ
-    return bool(flag) or env.get(PROLOG_ENV, "").strip() in ("1", "yes", "true")
-
-
 def fallback_nodes(n: int, nhosts: int, slots: Sequence[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Slurm's default (block) placement of ``n`` ranks: ``(node, core)`` per rank.
 
@@ -255,6 +243,9 @@ def fork_is_safe() -> bool:
     return "cupy" not in sys.modules
 
 
+_HELD_AT_FORK = (signal.SIGINT, signal.SIGTERM)
+
+
 def run_with_deadline(fn: Callable[[], T], deadline: float | None, *, quiet: bool = False) -> T:
     """Run ``fn()`` in a child process; return its result or raise at ``deadline``.
 
@@ -275,9 +266,19 @@ def run_with_deadline(fn: Callable[[], T], deadline: float | None, *, quiet: boo
         raise MappingTimeout("the time budget ran out before the work started")
     read_fd, write_fd = os.pipe()
     parent = os.getpid()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: a fork beside threads
-        pid = os.fork()
+    # SIGINT/SIGTERM wait until fork() has returned: a Python handler that raises
+    # inside fork's own bookkeeping (its at-fork hooks) leaves "Exception ignored"
+    # noise and half-run hooks; the pending signal is delivered right after.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_AT_FORK)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: a fork beside threads
+            pid = os.fork()
+        if pid == 0:
+            for signum in _HELD_AT_FORK:  # the child dies of them, as a plain process does
+                signal.signal(signum, signal.SIG_DFL)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
     if pid == 0:
         _child_main(fn, parent, read_fd, write_fd, quiet)
     os.close(write_fd)
@@ -317,7 +318,7 @@ def _child_main(fn: Callable[[], object], parent: int, read_fd: int, write_fd: i
         try:
             payload = pickle.dumps(("value", fn()), protocol=pickle.HIGHEST_PROTOCOL)
         except BaseException as exc:  # noqa: BLE001 -- reported to the parent, whatever it is
-            payload = pickle.dumps(("error", _one_line(exc)))
+            payload = pickle.dumps(("error", one_line(exc)))
         with os.fdopen(write_fd, "wb") as fh:
             fh.write(payload)
     finally:
@@ -337,7 +338,9 @@ def _die_with_parent(parent: int) -> None:
         os._exit(0)
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line: its message, led by its type unless it is a
+    :class:`ProcmapError` or an :class:`OSError` with a message (those read as sentences)."""
     text = str(exc).replace("\n", " ").strip()
     if isinstance(exc, (ProcmapError, OSError)) and text:
         return text

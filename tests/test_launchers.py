@@ -16,7 +16,7 @@ import threading
 import numpy as np
 import pytest
 
-import procmap.launcher_hooks.cli as launcher_cli
+import procmap.launcher_hooks.pipeline as launcher_pipeline
 from procmap import baselines
 from procmap.errors import CapacityError, ProcmapError, TopologyError
 from procmap.formats import write_graph
@@ -67,7 +67,7 @@ def fixed_mapper(monkeypatch, pes_for):
     def fake(graph, topology, *, engine="auto", eps=0.03, seed=0, device="auto", progress=None):
         pes = np.asarray(pes_for(graph, topology), dtype=np.int32)
         return Mapping(pes=pes, engine="fixed", evaluation=evaluate(graph, topology, pes))
-    monkeypatch.setattr(launcher_cli, "map_tasks", fake)
+    monkeypatch.setattr(launcher_pipeline, "map_tasks", fake)
 
 
 def fake_mpirun(tmp_path, output: str, name: str = "mpirun") -> str:
@@ -287,8 +287,8 @@ def test_more_ranks_than_slots_is_a_capacity_error(tmp_path, capsys):
     assert not (tmp_path / "rf").exists()
     layout = host_layout(Hierarchy.parse("2:2:3"), ["a", "b", "c"], [4, 4, 4])
     with pytest.raises(CapacityError):
-        launcher_cli._check_slots(grid_graph((4, 4)), layout,
-                                  launcher_cli.HostSpec(("a", "b", "c"), (4, 4, 4), "test"))
+        launcher_pipeline.check_slots(grid_graph((4, 4)), layout,
+                                      launcher_pipeline.HostSpec(("a", "b", "c"), (4, 4, 4), "test"))
 
 
 # ------------------------------------------------------- Open MPI detection

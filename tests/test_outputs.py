@@ -165,7 +165,7 @@ def no_reading(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("the graph was read before the output was checked")
     monkeypatch.setattr("procmap.formats.read_graph", boom)
-    monkeypatch.setattr("procmap.launcher_hooks.cli.read_graph", boom)
+    monkeypatch.setattr("procmap.launcher_hooks.pipeline.read_graph", boom)
     monkeypatch.delenv("PROCMAP_PROLOG", raising=False)
 
 

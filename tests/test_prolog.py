@@ -19,7 +19,7 @@ import time
 import numpy as np
 import pytest
 
-import procmap.launcher_hooks.cli as launcher_cli
+import procmap.launcher_hooks.pipeline as launcher_pipeline
 from procmap.formats import write_graph
 from procmap.generators import grid_graph
 from procmap.graph import CommGraph
@@ -223,13 +223,13 @@ def test_help_documents_the_prolog_default_timeout(capsys):
 def _slow_mapper(monkeypatch):
     def slow(*args, **kwargs):
         time.sleep(30)   # the child is killed at the deadline
-    monkeypatch.setattr(launcher_cli, "map_tasks", slow)
+    monkeypatch.setattr(launcher_pipeline, "map_tasks", slow)
 
 
 def _raising_mapper(monkeypatch):
     def fails(*args, **kwargs):
         raise RuntimeError("engine bug")
-    monkeypatch.setattr(launcher_cli, "map_tasks", fails)
+    monkeypatch.setattr(launcher_pipeline, "map_tasks", fails)
 
 
 # Each case: (id, extra arguments, environment changes, setup, expected hostfile).
@@ -347,7 +347,7 @@ def test_prolog_success_is_silent_and_replaces_the_fallback(tmp_path, small_grap
         from procmap.objective import evaluate
         pes = np.arange(graph.n, dtype=np.int32)[::-1].copy()   # last node first
         return Mapping(pes=pes, engine="fixed", evaluation=evaluate(graph, topology, pes))
-    monkeypatch.setattr(launcher_cli, "map_tasks", interleaved)
+    monkeypatch.setattr(launcher_pipeline, "map_tasks", interleaved)
     out = tmp_path / "hosts"
     assert _run_in_process(["slurm", small_graph, "-H", "2:2:3", "-o", out, "--prolog"]) == 0
     assert capsys.readouterr().err == ""
