@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from procmap.options import AUTO_GPU_MIN_EDGES, DEVICES  # noqa: F401  (re-exported)
+
 #: Graphs (or subgraphs) with fewer vertices than this run on the CPU even when the
 #: GPU backend is selected: their kernels are shorter than the ~10 us a launch costs,
 #: and the CPU backend also adds FM passes. Measured on an H100 host (see
@@ -202,11 +204,6 @@ def gpu_available() -> bool:
         return False
 
 
-#: ``device="auto"`` picks the GPU for graphs with at least this many directed edges
-#: (below it, transfers, kernel compilation and launches cost more than they save).
-AUTO_GPU_MIN_EDGES = 2_000_000
-
-DEVICES = ("auto", "cpu", "gpu")
 
 
 def resolve_device(device: str, directed_edges: int) -> str:

@@ -17,10 +17,10 @@ from .graph import CommGraph
 from .kernels import backend
 from .kernels.swap_cpu import swap_refine
 from .mapping import Mapping
+from .options import ENGINES  # noqa: F401  (re-exported)
 from .objective import (check_objective_range, evaluate, is_rank_placement, largest_distance,
                         max_block_weight)
 
-ENGINES = ("auto", "hm", "hm-ultra", "im")
 
 ProgressFn = Callable[[str, str], None]
 

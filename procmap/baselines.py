@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from procmap.errors import CapacityError, TopologyError
+from procmap.options import BASELINES  # noqa: F401  (re-exported)
 
-BASELINES = ("block", "roundrobin", "random")
 
 
 def slot_pes(topology, limit: int | None = None) -> np.ndarray:

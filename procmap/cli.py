@@ -14,11 +14,12 @@ import threading
 import time
 import warnings
 
-import numpy as np
-
+# Only what building the parser needs is imported here (procmap --version and --help
+# must not pay for NumPy, Numba or the engines); each command imports its own.
 from . import __version__
 from .errors import ProcmapError
-from .kernels.backend import AUTO_GPU_MIN_EDGES, DEVICES
+from .options import (AUTO_GPU_MIN_EDGES, BASELINES, COARSENINGS, DEVICES, ENGINES,
+                      GRAPH_FORMATS, REFINEMENTS)
 
 EPILOG = """\
 examples:
@@ -81,6 +82,8 @@ def _machine(args):
     """The machine of ``--hierarchy``/``--distance``/``--distance-matrix`` with
     ``--slots`` slots on every PE. Every size is checked (``procmap.limits``) before
     a per-PE array exists; bad input raises a :class:`ProcmapError`."""
+    import numpy as np
+
     from .topology import DistanceMatrix, Hierarchy, from_tleaf
 
     slots = _parse_slots(args.slots)
@@ -158,6 +161,15 @@ class _Progress:
                   file=sys.stderr, flush=True)
 
 
+def _announce_compile(quiet: bool) -> None:
+    """Say on stderr, terminal or not, that a first-run compile is about to start."""
+    from .warmup import cold_cache_notice
+
+    notice = None if quiet else cold_cache_notice()
+    if notice:
+        print(f"procmap: {notice}", file=sys.stderr, flush=True)
+
+
 def _set_threads(n: int) -> None:
     """``--threads``: Numba's thread count for this process (at most NUMBA_NUM_THREADS,
     which is fixed when Numba starts)."""
@@ -195,11 +207,7 @@ def _cmd_map(args) -> int:
     if args.slots is not None and graph.n > topo.total_slots:
         raise CapacityError(f"{graph.n} tasks but only {topo.total_slots} slots "
                             f"({topo.k} PEs x {args.slots}); rank placement needs tasks <= slots")
-    from .kernels.backend import kernel_cache_is_warm
-
-    if not kernel_cache_is_warm():
-        progress("compiling", "first run: the CPU kernels are compiled and cached "
-                 "(about a minute, once)")
+    _announce_compile(args.quiet)
     mapping = map_tasks(graph, topo, engine=args.engine, eps=args.imbalance, seed=args.seed,
                         device=args.device, coarsening=args.coarsening,
                         refinement=args.refinement, progress=progress)
@@ -295,10 +303,31 @@ def _cmd_convert(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------- warmup
+def _cmd_warmup(args) -> int:
+    from .warmup import cache_location, warmup
+
+    if args.gpu:
+        from .kernels.backend import gpu_available
+
+        if not gpu_available():
+            raise ProcmapError("--gpu: no usable GPU (CuPy and a CUDA device are needed)")
+    print(f"procmap: compiling or loading every kernel; cache: {cache_location()}",
+          file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    seconds = warmup(lambda step: print(f"procmap: [{time.perf_counter() - t0:6.1f} s] {step}",
+                                        file=sys.stderr, flush=True), gpu=args.gpu)
+    total = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({"cache": cache_location(), "seconds": seconds, "total": total},
+                         indent=2))
+    else:
+        print(f"warm      kernels cached in {cache_location()} ({total:.1f} s)")
+    return 0
+
+
 # ----------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    from .baselines import BASELINES
-    from .formats import GRAPH_FORMATS
 
     parser = argparse.ArgumentParser(
         prog="procmap",
@@ -326,8 +355,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_machine_args(p)
     p.set_defaults(func=_cmd_eval)
 
-    from .api import ENGINES
-    from .engines.multilevel import COARSENINGS, REFINEMENTS
     p = sub.add_parser("map", help="compute a mapping that minimises J",
                        description="Map the tasks of a communication graph onto a hierarchical "
                                    "machine. With at most as many tasks as slots this is rank "
@@ -387,6 +414,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="input_format", choices=GRAPH_FORMATS)
     p.add_argument("--to", dest="output_format", choices=GRAPH_FORMATS)
     p.set_defaults(func=_cmd_convert)
+
+    p = sub.add_parser(
+        "warmup", help="compile every kernel into the cache ahead of the first run",
+        description="Compile (or load) every CPU kernel that procmap commands use into Numba's "
+                    "on-disk cache, so that no later run compiles: the step for cluster images, "
+                    "shared installations and before jobs whose prologs call procmap (a prolog "
+                    "never compiles). The cache is NUMBA_CACHE_DIR when set, else __pycache__ "
+                    "beside the installed kernels, else (a read-only installation) "
+                    "~/.cache/numba; run it as the user whose cache the jobs will read.")
+    p.add_argument("--gpu", action="store_true",
+                   help="also load the GPU backend's modules (needs CuPy and a GPU)")
+    p.add_argument("--json", action="store_true", help="print a JSON object of step times")
+    p.set_defaults(func=_cmd_warmup)
     return parser
 
 
@@ -447,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
 def _in_prolog(argv: list[str] | None) -> bool:
     """Whether this run is ``procmap slurm`` in prolog mode (``--prolog`` or
     ``PROCMAP_PROLOG=1``), judged from the words alone (the parse may not have ended)."""
-    from .launcher_hooks.slurm import is_prolog_context
+    from .launcher_hooks.context import is_prolog_context
 
     words = sys.argv[1:] if argv is None else argv
     flag = any(len(w) >= 4 and "--prolog".startswith(w) for w in words)

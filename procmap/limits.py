@@ -17,18 +17,23 @@ limit                     value                  why
 ``INT64_MAX``             2^63 - 1               integer weights, their totals and J
 ========================  =====================  ==========================================
 
-This module imports only :mod:`procmap.errors` and numpy, so that readers, the machine
+This module imports only :mod:`procmap.errors` (and numpy inside the functions that need
+it, so that building the command line's parser stays cheap), so that readers, the machine
 model (``procmap.topology``) and the launcher hooks can all use it.
 """
 from __future__ import annotations
 
 import os
 import re
+import sys
+import math
 import warnings
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from procmap.errors import InputError, TopologyError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["MAX_TASKS", "MAX_PES", "MAX_SLOTS", "MAX_SILENT_TASKS", "INT64_MAX",
            "check_declared_tasks", "check_pes", "is_decimal_int", "is_decimal_number", "parse_count",
@@ -148,6 +153,8 @@ def npy_stream_header(stream, size: int | None, name: str | os.PathLike
     Returns ``(shape, dtype, fortran_order, data_offset)``; errors name ``name``.
     ``size=None`` leaves the data size to the caller (one that demands it exactly).
     """
+    import numpy as np
+
     try:
         with warnings.catch_warnings():
             # numpy warns about headers that look written by Python 2; reading them is fine
@@ -192,6 +199,8 @@ def exact_sum(values) -> int | float:
     otherwise the 32-bit halves of the values are summed separately, which cannot
     overflow, in chunks of 2^30 entries. No Python loop over the entries.
     """
+    import numpy as np
+
     values = np.asarray(values)
     if values.dtype.kind == "b":
         return int(np.count_nonzero(values))
@@ -224,7 +233,7 @@ def check_total(total: int | float, what: str, path: str | os.PathLike | None = 
         if total > INT64_MAX:
             raise InputError(f"{what} {total:,} exceeds the int64 range (at most "
                              f"{INT64_MAX:,})", path, line)
-    elif not np.isfinite(total):
+    elif not math.isfinite(total):
         raise InputError(f"{what} exceeds the float64 range (at most "
-                         f"{np.finfo(np.float64).max:.4g})", path, line)
+                         f"{sys.float_info.max:.4g})", path, line)
     return total

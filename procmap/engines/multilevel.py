@@ -38,6 +38,8 @@ from procmap.kernels.backend import threading_layer, to_host
 from procmap.kernels.fm_cpu import fm_refine, local_fm_refine
 from procmap.kernels.jet_cpu import filter_schedule
 
+from procmap.options import COARSENINGS, REFINEMENTS  # noqa: F401  (re-exported)
+
 from .initial import metis_partition
 
 #: Coarsening stops at ``COARSEN_FACTOR * k`` vertices (GPU-HeiPa: 8).
@@ -48,11 +50,6 @@ COARSEN_FACTOR = 8
 MIN_COARSE = 3000
 #: A level that keeps more than this fraction of the vertices ends coarsening.
 MIN_SHRINK = 0.95
-#: Coarsening schemes: heavy-edge + two-hop matching (Jet, GPU-HeiPa), or G-kway's
-#: union-find clustering (whole pseudo-forest components, capped at L_max).
-COARSENINGS = ("hem", "unionfind")
-#: Refinement schemes: Jet label propagation, or G-kway's independent-set refinement.
-REFINEMENTS = ("jet", "isr")
 #: GPU levels get no FM (it is sequential), so there Jet refines alone, and longer: with
 #: Jet's own patience even where the CPU schedule stops Jet early because FM follows, and
 #: a split made on the GPU ends with a polish, Jet until GPU_POLISH_ITERS iterations in a

@@ -21,24 +21,17 @@ as the same :class:`~procmap.graph.CommGraph`; only METIS stores vertex weights.
 """
 from __future__ import annotations
 
+import importlib
 import os
+from typing import TYPE_CHECKING, Any, Callable
 
 from procmap.errors import FormatError
-from procmap.graph import CommGraph
+from procmap.options import GRAPH_FORMATS, WRITABLE_FORMATS
 
 from .atomic import atomic_write
-from .comm import read_comm, write_comm
-from .dense import read_dense_text, read_npy, write_dense_text, write_npy
-from .mapping import read_mapping, write_mapping
-from .matrixmarket import read_mtx, write_mtx
-from .metis import read_metis, write_metis
-from .npz import read_npz, write_npz
-from .prof import read_prof, read_prof_files
 
-#: Every graph format name :func:`read_graph` understands.
-GRAPH_FORMATS: tuple[str, ...] = ("comm", "metis", "mtx", "npy", "csv", "npz", "prof")
-#: The formats :func:`write_graph` can produce (``prof`` is read only).
-WRITABLE_FORMATS: tuple[str, ...] = ("comm", "metis", "mtx", "npy", "csv", "npz")
+if TYPE_CHECKING:
+    from procmap.graph import CommGraph
 
 _EXTENSIONS = {
     ".comm": "comm",
@@ -51,14 +44,34 @@ _EXTENSIONS = {
 }
 _ALIASES = {"graph": "metis", "matrixmarket": "mtx", "mm": "mtx", "mat": "csv", "dense": "csv"}
 
-_READERS = {
-    "comm": read_comm, "metis": read_metis, "mtx": read_mtx, "npy": read_npy,
-    "csv": read_dense_text, "npz": read_npz, "prof": read_prof,
+# Every reader and writer, as (module, function). The modules are imported on first
+# use: importing procmap.formats (e.g. for atomic_write) must not load Numba's parsers.
+_FUNCTIONS = {
+    "read_comm": ".comm", "write_comm": ".comm",
+    "read_metis": ".metis", "write_metis": ".metis",
+    "read_mtx": ".matrixmarket", "write_mtx": ".matrixmarket",
+    "read_npy": ".dense", "write_npy": ".dense",
+    "read_dense_text": ".dense", "write_dense_text": ".dense",
+    "read_npz": ".npz", "write_npz": ".npz",
+    "read_prof": ".prof", "read_prof_files": ".prof",
+    "read_mapping": ".mapping", "write_mapping": ".mapping",
 }
-_WRITERS = {
-    "comm": write_comm, "metis": write_metis, "mtx": write_mtx, "npy": write_npy,
-    "csv": write_dense_text, "npz": write_npz,
-}
+_READERS = {"comm": "read_comm", "metis": "read_metis", "mtx": "read_mtx", "npy": "read_npy",
+            "csv": "read_dense_text", "npz": "read_npz", "prof": "read_prof"}
+_WRITERS = {"comm": "write_comm", "metis": "write_metis", "mtx": "write_mtx",
+            "npy": "write_npy", "csv": "write_dense_text", "npz": "write_npz"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FUNCTIONS:
+        value = getattr(importlib.import_module(_FUNCTIONS[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _function(name: str) -> Callable:
+    return __getattr__(name) if name not in globals() else globals()[name]
 
 
 def detect_format(path: str | os.PathLike, format: str | None = None) -> str:
@@ -86,23 +99,23 @@ def detect_format(path: str | os.PathLike, format: str | None = None) -> str:
                       f"use one of {known} or name the format", path)
 
 
-def read_graph(path: str | os.PathLike, format: str | None = None) -> CommGraph:
+def read_graph(path: str | os.PathLike, format: str | None = None) -> "CommGraph":
     """Read a communication graph from ``path`` (format from ``format`` or the extension).
 
     Returns the symmetric graph (``C + C^T`` for directed formats). Raises only
     :class:`~procmap.errors.ProcmapError` subclasses on bad input.
     """
     name = detect_format(path, format)
-    return _READERS[name](path)
+    return _function(_READERS[name])(path)
 
 
-def write_graph(graph: CommGraph, path: str | os.PathLike, format: str | None = None) -> None:
+def write_graph(graph: "CommGraph", path: str | os.PathLike, format: str | None = None) -> None:
     """Write ``graph`` to ``path`` atomically in ``format`` (default: from the extension)."""
     name = detect_format(path, format)
     if name not in _WRITERS:
         raise FormatError(f"procmap cannot write the {name!r} format "
                           f"(writable: {', '.join(WRITABLE_FORMATS)})", path)
-    _WRITERS[name](graph, path)
+    _function(_WRITERS[name])(graph, path)
 
 
 __all__ = [
