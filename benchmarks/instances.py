@@ -6,7 +6,7 @@
 Every instance is generated once and cached as a scipy ``.npz`` (procmap.formats.write_graph)
 under the cache dir: ``$PROCMAP_BENCH_CACHE`` or ``/tmp/procmap-bench-cache``. All graphs have
 unit edge and vertex weights. rgg/Delaunay use point seed 1 (the seed of
-``shared/notes/peers.md``, whose graph sizes they reproduce).
+the peer results quoted in benchmarks/README.md, whose graph sizes they reproduce).
 
     python benchmarks/instances.py [names...]   # generate (or load) and print sizes
 """
@@ -24,7 +24,7 @@ from procmap.graph import CommGraph
 POINT_SEED = 1
 
 INSTANCES: dict[str, Callable[[], CommGraph]] = {
-    # 2^17 scale (the peers table of notes/peers.md)
+    # 2^17 scale (the peers table of benchmarks/README.md)
     "grid2d": lambda: grid_graph((300, 300)),
     "grid3d": lambda: grid_graph((40, 40, 40)),
     "rgg17": lambda: random_geometric_graph(2**17, seed=POINT_SEED),

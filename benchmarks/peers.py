@@ -1,4 +1,4 @@
-"""Peer mappers from PyPI, called in memory (see shared/notes/peers.md).
+"""Peer mappers from PyPI, called in memory (how each is installed and called: benchmarks/README.md).
 
 Each function returns a task -> PE array (int32) for the hierarchy ``levels`` = [a1, ..., al]
 (leaf first, e.g. [4, 8, 6]) with distances ``dists`` = [d1, ..., dl] (e.g. [1, 10, 100]); PE

@@ -1,4 +1,4 @@
-"""Kernel dispatch (DESIGN.md section 5): the engines call every hot kernel through a
+"""Kernel dispatch (docs/design.md section 5): the engines call every hot kernel through a
 :class:`Backend`, picked by where the graph's arrays live.
 
 * :func:`cpu` -- NumPy arrays, the Numba kernels of the ``*_cpu`` modules.

@@ -1,7 +1,7 @@
 """Coarsening kernels (CPU twins of the GPU kernels): matching and contraction.
 
 One coarsening level of the multilevel pipeline (GPU-IM paper, section 4.2;
-DESIGN.md section 4) is
+docs/design.md section 4) is
 
 1. a matching: :func:`heavy_edge_matching`, completed by :func:`two_hop_matching`
    (leaf, twin and relative matching, Jet / mt-metis style) when HEM leaves more

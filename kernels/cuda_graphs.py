@@ -13,7 +13,7 @@ Modes (``PROCMAP_CUDA_GRAPHS`` overrides the default, ``"auto"``):
     12.4+); the body's last kernel sets the condition with
     ``cudaGraphSetConditional``. One graph launch runs the whole loop: no host work
     per iteration. Built with ``cuda.bindings`` (CuPy 14 has no conditional nodes;
-    see notes/gkway.md section 4.5).
+    see docs/design.md section 5).
 ``"replay"``
     The captured body is replayed from Python, one graph launch per iteration; the
     body's last kernel writes the condition into pinned host memory, which the host

@@ -1,6 +1,6 @@
 """Independent-set refinement (ISR) of G-kway, CPU twin of :mod:`.isr_gpu`.
 
-G-kway (``notes/gkway.md`` sections 1.4 and 4.1-4.3) refines a *balanced*
+G-kway (Lee et al., its independent-set refinement) refines a *balanced*
 partition with positive-gain moves only, in steps:
 
 1. **Candidates** (:func:`_isr_propose`, parallel over vertices): every boundary

@@ -44,7 +44,7 @@ Host synchronisation and CUDA graphs
 ------------------------------------
 An ISR step does not synchronise: every launch covers ``n``, ``2n``, ``n + 1`` or
 ``k`` items, the move count and the selected prefix stay on the device, and the
-sorts and prefix sums are CuPy calls that notes/gkway.md 4.5 lists as capturable
+sorts and prefix sums are CuPy calls that stream capture accepts
 (``argsort``, ``sort``, ``cumsum``). The loop reads back one small array per
 iteration (moves, max block weight, traffic per level: ``_State.snapshot``)
 to take its decisions; rebalancing steps add the syncs of :mod:`.rebalance_gpu`.

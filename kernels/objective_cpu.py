@@ -2,7 +2,7 @@
 
 All kernels walk the CSR once, in parallel over tasks; every CSR entry (u, v) is
 visited, so each undirected edge contributes twice -- the published convention
-for J (DESIGN.md section 3).
+for J (docs/design.md section 3).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Same functions and semantics as the CPU module, taking CuPy arrays (``xadj`` int64,
 ``adjncy`` int32, ``adjwgt`` int64 or float64, ``pe`` int32, ``vwgt`` int64);
 ``prefix`` and ``dist`` may be NumPy or CuPy. Every CSR entry ``(u, v)`` is visited
-once, so each undirected edge counts twice (DESIGN.md section 3).
+once, so each undirected edge counts twice (docs/design.md section 3).
 
 Reductions (``cuda/objective.cu``)
 ----------------------------------

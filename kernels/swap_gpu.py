@@ -59,7 +59,7 @@ Relation to the CPU twin
 Host synchronisation: a few small readbacks per round (the selected actions'
 count, the boolean selections of the free-slot limit, the applied gains); no
 per-task data crosses the bus. No CUDA graph: the round count is data-dependent and
-``flatnonzero``/boolean masks cannot be captured (notes/gkway.md 4.5).
+``flatnonzero``/boolean masks cannot be captured (they synchronise to size their output).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Union-find coarsening (G-kway, with a coarse-weight cap): the CPU twin.
 
-G-kway (notes/gkway.md section 1.2) lets every vertex pick one neighbour and
+G-kway (Lee et al., its union-find coarsening) lets every vertex pick one neighbour and
 contracts whole connected groups of the picks, instead of pairs: far fewer levels
 than a matching. One call of :func:`cluster_ids` computes the coarse ids of one
 level in four steps:

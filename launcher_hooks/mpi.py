@@ -1,4 +1,4 @@
-"""In-application rank reordering for mpi4py programs (DESIGN.md section 6).
+"""In-application rank reordering for mpi4py programs (docs/design.md section 6).
 
 No MPI library actually reorders ranks for ``reorder=True`` (Cart, Graph and
 Dist_graph creation keep the identity almost everywhere), so procmap computes the
@@ -12,7 +12,7 @@ Vocabulary used below:
   rank ``t`` of the new communicator (the application does task ``t``'s work there).
 * *process* -- an MPI process, named by its rank in the *old* communicator.
 * *PE* -- the process's position in the machine hierarchy
-  (:class:`~procmap.topology.Hierarchy` numbering, DESIGN.md section 2).
+  (:class:`~procmap.topology.Hierarchy` numbering, docs/design.md section 2).
 
 ``map_tasks`` places tasks on PEs (rank placement: a PE gets at most as many tasks as
 it has processes); the process sitting on PE ``p`` then becomes the task placed on

@@ -174,6 +174,11 @@ def check_slots(graph, layout: HostLayout, hosts: HostSpec) -> None:
 
 def place(args, layout: HostLayout, graph, progress) -> Placed:
     """Map, renumber cores canonically, evaluate against the block placement."""
+    from procmap.warmup import cold_cache_notice
+
+    notice = cold_cache_notice()
+    if notice:
+        _note(args, notice)  # terminal or not: a silent minute looks like a hang
     topo = layout.hierarchy
     t0 = time.perf_counter()
     mapping = map_tasks(graph, topo, engine=args.engine, seed=args.seed, device=args.device,

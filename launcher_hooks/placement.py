@@ -7,10 +7,10 @@ needs the same three things, computed here once:
   It is given (``--node-level``) or inferred from the number of hosts;
 * the *host capacities*: a host with fewer slots (hostfile ``slots=N``, Slurm
   ``SLURM_JOB_CPUS_PER_NODE``) than PEs per node keeps only its first N PEs; the
-  others get capacity 0 (DESIGN.md section 2: irregular allocations are a regular
+  others get capacity 0 (docs/design.md section 2: irregular allocations are a regular
   hierarchy with some PEs at capacity 0);
 * per rank ``(host, node-local core)`` with ``node = pe // pes_per_node`` and
-  ``core = pe % pes_per_node`` (the PE numbering of DESIGN.md section 2), and the
+  ``core = pe % pes_per_node`` (the PE numbering of docs/design.md section 2), and the
   CPU lists indexed by node-local rank that Slurm ``map_cpu:``, Hydra
   ``-bind-to user:`` and ``I_MPI_PIN_PROCESSOR_LIST`` all take (launcher notes 8.4).
 

@@ -1,4 +1,4 @@
-"""A point-to-point communication profiler for mpi4py programs (DESIGN.md section 6).
+"""A point-to-point communication profiler for mpi4py programs (docs/design.md section 6).
 
 Wrap the communicator once and use the wrapper everywhere; every point-to-point send
 is counted on the *sender* side (row = sender, as in the ``.comm`` format), in bytes

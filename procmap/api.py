@@ -1,4 +1,4 @@
-"""``procmap.map_tasks``: the one entry point of every mapping engine (DESIGN.md section 4)."""
+"""``procmap.map_tasks``: the one entry point of every mapping engine (docs/design.md section 4)."""
 from __future__ import annotations
 
 import time
@@ -65,7 +65,7 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
         independent-set refinement); FM follows either on levels refined on the CPU.
     progress : optional callback ``progress(phase, detail)``.
 
-    Two modes (DESIGN.md section 2): with ``n <= slots`` (rank placement) no PE gets
+    Two modes (docs/design.md section 2): with ``n <= slots`` (rank placement) no PE gets
     more tasks than its capacity, the result is polished by swap refinement and is
     never worse than the block placement a launcher would use (the better of the
     two is returned; ``Mapping.engine`` says which). With ``n > slots`` (partition

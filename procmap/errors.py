@@ -1,4 +1,4 @@
-"""The one exception family of procmap (DESIGN.md section 8).
+"""The one exception family of procmap (docs/design.md section 8).
 
 Every error a user can cause by bad input is a :class:`ProcmapError`. The CLI
 prints ``str(error)`` as one line and exits with status 2.

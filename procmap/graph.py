@@ -1,4 +1,4 @@
-"""The communication graph: a symmetric task graph in CSR form (DESIGN.md section 2).
+"""The communication graph: a symmetric task graph in CSR form (docs/design.md section 2).
 
 Conventions
 -----------

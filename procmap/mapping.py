@@ -14,7 +14,7 @@ class Mapping:
 
     Attributes
     ----------
-    pes : int32 array, ``pes[i]`` is the PE of task ``i`` (PE numbering of DESIGN.md section 2).
+    pes : int32 array, ``pes[i]`` is the PE of task ``i`` (PE numbering of docs/design.md section 2).
     engine : what produced it (``"hm"``, ``"im"``, ``"block"``, ``"file"``, ...).
     device : ``"cpu"`` or ``"gpu"``.
     seed : the seed used, if any.

@@ -1,4 +1,4 @@
-"""The mapping objective and balance report (DESIGN.md section 3).
+"""The mapping objective and balance report (docs/design.md section 3).
 
 ``J(C, D, Pi) = sum over ordered pairs (i, j) of C_ij * D[Pi(i), Pi(j)]``: each
 undirected edge counts twice, as in SharedMap, KaHIP and GPU-HeiPa. The edge cut
@@ -79,7 +79,7 @@ def _show_bound(bound: int | float) -> str:
 
 
 def is_rank_placement(graph: CommGraph, topology) -> bool:
-    """True when every task can get its own slot: the launcher case (DESIGN.md section 2)."""
+    """True when every task can get its own slot: the launcher case (docs/design.md section 2)."""
     return graph.n <= int(topology.capacities.sum())
 
 

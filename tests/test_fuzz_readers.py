@@ -122,7 +122,7 @@ def check_reader(directory, fmt: str, data: bytes) -> None:
 
 
 def check_graph(graph: CommGraph) -> None:
-    """The invariants of DESIGN.md section 2."""
+    """The invariants of docs/design.md section 2."""
     assert graph.n >= 1
     assert graph.xadj[0] == 0 and np.all(np.diff(graph.xadj) >= 0)
     assert graph.adjncy.dtype == np.int32 and graph.adjwgt.dtype in (np.int64, np.float64)

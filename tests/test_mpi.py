@@ -6,7 +6,7 @@ Two kinds of tests:
   sysfs reading, buffer-size accounting and the profiler on a fake communicator;
 * ``@pytest.mark.mpi`` tests that spawn real jobs,
   ``mpirun -n 4 --oversubscribe python -m mpi4py tests/mpi_scripts/X.py ...``
-  (notes/launchers_and_mpi.md section 7.3): skipped when mpi4py or mpirun is
+  skipped when mpi4py or mpirun is
   missing. ``python -m mpi4py`` turns an exception on one rank into MPI_Abort, and
   every job runs under a timeout that kills its whole process group, so a bug shows
   up as a failure, never as a hung test run. Five jobs in all (each one imports
@@ -368,7 +368,7 @@ def test_rankfile_binds_each_rank_to_its_core(tmp_path, order):
     pes, local = _expected_binding_setup()
     if order == "reversed":
         pes = pes[::-1]
-    # `rank N=<host> slot=<node-local core>` (DESIGN.md section 6); the PE of a flat
+    # `rank N=<host> slot=<node-local core>` (docs/design.md section 6); the PE of a flat
     # one-node hierarchy is the node-local logical core.
     rankfile = tmp_path / "rankfile"
     rankfile.write_text("".join(f"rank {t}=localhost slot={pe}\n" for t, pe in enumerate(pes)))

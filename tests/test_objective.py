@@ -21,7 +21,7 @@ def brute_force_J(dense: np.ndarray, pes: np.ndarray, dist: np.ndarray) -> float
 
 
 def brute_force_distance(h: Hierarchy) -> np.ndarray:
-    """D(p, q) straight from the definition in DESIGN.md section 2."""
+    """D(p, q) straight from the definition in docs/design.md section 2."""
     k = h.k
     D = np.zeros((k, k))
     for p in range(k):

@@ -145,7 +145,7 @@ def detect_local(sysfs_root: str | os.PathLike = "/sys", *, cpus: Iterable[int] 
     ``threads:cores:packages`` when some core has more than one online thread,
     else ``cores:packages``. Packages with fewer cores, and cores with fewer
     threads, are padded to the maximum with capacity-0 PEs, so the hierarchy stays
-    regular (DESIGN.md section 2).
+    regular (docs/design.md section 2).
 
     Parameters
     ----------

@@ -2,7 +2,7 @@
 
 Used when the machine is not a regular hierarchy: a torus, a dragonfly measured
 by ping-pong, or a network graph whose shortest paths give the distances
-(DESIGN.md section 2). The interface mirrors :class:`~.hierarchy.Hierarchy` where
+(docs/design.md section 2). The interface mirrors :class:`~.hierarchy.Hierarchy` where
 it makes sense (``k``, ``capacities``, ``total_slots``, ``distance``,
 ``distance_matrix``, ``with_capacities``) so engines can take either.
 """

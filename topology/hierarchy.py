@@ -1,6 +1,6 @@
 """Hierarchical machine model: ``a1:a2:...:al`` with distances ``d1:...:dl``.
 
-PE numbering (DESIGN.md section 2, shared with SharedMap, KaHIP and GPU-HeiPa):
+PE numbering (docs/design.md section 2, shared with SharedMap, KaHIP and GPU-HeiPa):
 with ``P_t = a1 * ... * at`` (``P_0 = 1``), two distinct PEs ``p`` and ``q`` are at
 level ``t`` -- and ``D(p, q) = d_t`` -- for the smallest ``t`` with
 ``p // P_t == q // P_t``. ``D(p, p) = 0``. The top-level split is the most

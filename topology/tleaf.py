@@ -6,7 +6,7 @@ Scotch describes a tree-leaf machine root first::
 
 where ``size_0`` is the fan-out of the root and ``link_i`` is "the communication
 cost between two nodes whose highest common ancestor" is at level ``i``.
-procmap writes hierarchies leaf first (DESIGN.md section 2), so the two orders
+procmap writes hierarchies leaf first (docs/design.md section 2), so the two orders
 are reverses of each other::
 
     --hierarchy 4:8:6 --distances 1:10:100   <=>   tleaf 3 6 100 8 10 4 1

@@ -3,7 +3,7 @@
 Partition the task graph along the hierarchy from the top level down: first into
 ``a_l`` node groups, then each group's subgraph into ``a_{l-1}`` parts, ..., down
 to single PEs. Each split gets the adaptive imbalance of paper equation 2 so that
-the leaves end within ``L_max``. Leaf ids follow DESIGN.md section 2: the top split
+the leaves end within ``L_max``. Leaf ids follow docs/design.md section 2: the top split
 is the most significant digit of the PE id.
 
 Every split is delegated to a *splitter* ``f(xadj, adjncy, adjwgt, vwgt, targets,

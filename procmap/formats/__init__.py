@@ -1,4 +1,4 @@
-"""Communication-graph and mapping files (DESIGN.md section 7).
+"""Communication-graph and mapping files (docs/design.md section 7).
 
 Graph formats (name: extensions; semantics):
 

@@ -1,4 +1,4 @@
-"""procmap's own ``.comm`` edge-list format (DESIGN.md section 7).
+"""procmap's own ``.comm`` edge-list format (docs/design.md section 7).
 
 Layout::
 
