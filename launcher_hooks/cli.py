@@ -265,7 +265,7 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
                     "Every failure, a bad argument included, keeps the fallback and writes one "
                     "line on stderr; nothing is written when the tasks outnumber the CPUs. A "
                     "prolog never compiles: with a cold kernel cache it falls back at once (run "
-                    "procmap map on any small graph once beforehand)."))
+                    "procmap warmup once beforehand)."))
     _add_common(p, add_machine_args, "hostfile", hosts_required=False)
     add_device_arg(p)
     p.add_argument("--cpu-bind", action="store_true",

@@ -126,7 +126,7 @@ def _prolog_map(st: _Prolog, machine: Callable, progress_class, budget: float) -
 
     if not kernel_cache_is_warm():
         st.fail("the compiled-kernel cache is cold and a prolog never compiles (about a minute): "
-                "run `procmap map` on any small graph once outside the prolog to fill it")
+                "run `procmap warmup` once outside the prolog to fill it")
         return
     layout, hosts, ntasks, source = job
     progress = progress_class(False)

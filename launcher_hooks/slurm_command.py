@@ -197,7 +197,7 @@ def cmd_slurm(args, *, machine: Callable, progress_class) -> int:
 
         hint = ("" if kernel_cache_is_warm() else
                 " (the kernel cache is cold: the first run compiles for about a minute; run "
-                "once without --timeout)")
+                "procmap warmup first)")
         raise ProcmapError(f"reading and mapping did not finish within --timeout {timeout:g} s; "
                            f"nothing written{hint} (with --prolog, procmap falls back to the "
                            "block placement instead)") from None

@@ -110,7 +110,7 @@ def test_cold_cache_falls_back_at_once(tmp_path, small_graph):
     assert done.returncode == 0, done.stderr
     assert seconds < 3 + SLACK
     assert done.stderr.count("\n") == 1 and "cache is cold" in done.stderr
-    assert "procmap map" in done.stderr
+    assert "procmap warmup" in done.stderr
     assert out.read_text().splitlines() == BLOCK_12
     assert not [f for f in cache.rglob("*") if f.is_file()]   # nothing was compiled
 
