@@ -33,10 +33,13 @@ Every function here is collective over ``comm``. Only the root's ``matrix`` (whe
 is a whole matrix), ``hierarchy``, ``distances``, ``engine`` and ``seed`` are used;
 rows (dicts) and ``pes`` given as one int are per process. An error while planning
 (bad matrix, hierarchy too small, ...) is raised on *every* rank, never left to hang
-the others in a collective. mpi4py is imported only by the functions that need it.
+the others in a collective. mpi4py is imported only by the functions that need it, and
+only the root imports the engines (and Numba): the other ranks load neither the
+engines nor the kernel cache, so a 1000-rank job reads the cache from one process.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pickle
@@ -262,7 +265,7 @@ def discover_hierarchy(comm, *, distances=None, root: int | None = None,
 # --------------------------------------------------------------------------------- plan
 @dataclass
 class ReorderPlan:
-    """The result of :func:`plan_reorder`, identical on every rank.
+    """The result of :func:`plan_reorder`, identical on every rank (but ``mapping``).
 
     Attributes
     ----------
@@ -275,7 +278,9 @@ class ReorderPlan:
         on each PE.
     source : ``"discovered"`` or ``"given"``.
     hosts : node index -> host name (discovered hierarchies), else None.
-    mapping : the :class:`~procmap.mapping.Mapping` (engine, seconds, evaluation).
+    mapping : the :class:`~procmap.mapping.Mapping` (engine, seconds, evaluation), on the
+        root only (``None`` elsewhere: the other ranks import mpi4py and numpy, never
+        the engines or Numba).
     J : objective of the new placement; J_identity: of keeping the old ranks
         (task ``t`` on the process of old rank ``t``).
     """
@@ -498,7 +503,9 @@ def plan_reorder(comm, matrix=None, hierarchy=None, *, distances=None, pes=None,
                 pes_args = None if all(p is None for p in per_rank) else per_rank
             plan = _compute_plan(infos, rows, pes_args, matrix, hierarchy, distances, engine,
                                  seed, size)
-            message = ("ok", plan)
+            # Without the Mapping: unpickling it (its Evaluation) would import the
+            # engines and Numba on every rank, for numbers the root already has.
+            message = ("ok", dataclasses.replace(plan, mapping=None))
         except Exception as exc:  # noqa: BLE001 - re-raised on every rank below
             message = ("error", _portable(exc))
             _polite_bcast(comm, message, root)
@@ -506,7 +513,7 @@ def plan_reorder(comm, matrix=None, hierarchy=None, *, distances=None, pes=None,
     message = _polite_bcast(comm, message, root)
     if message[0] == "error":
         raise message[1]
-    return message[1]
+    return plan if rank == root else message[1]
 
 
 def _polite_bcast(comm, message, root: int):

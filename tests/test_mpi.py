@@ -476,6 +476,17 @@ def test_reorder_follows_the_mapping(reorder_job, case):
 
 
 @mpi_job
+def test_only_the_root_imports_the_engines(reorder_job):
+    """A non-root rank of reorder loads mpi4py and numpy, never the engines or Numba
+    (the plan it receives carries no Mapping object)."""
+    cases, _ = reorder_job
+    for case in ("rows", "file", "dense", "discovered"):
+        reports = cases[case]
+        assert "numba" in reports[0]["heavy"]  # the root maps: the probe sees imports
+        assert [d["heavy"] for d in reports[1:]] == [[], [], []], case
+
+
+@mpi_job
 def test_reorder_with_explicit_pes(reorder_job):
     from procmap.topology import Hierarchy
 

@@ -44,6 +44,9 @@ def report(case, newcomm, plan):
         "J_identity": plan.J_identity,
         # the rank the new communicator gives to each old rank, seen from here
         "seen": comm.allgather(newcomm.Get_rank()),
+        # only the root may have loaded the engines
+        "heavy": sorted(m for m in ("numba", "pymetis", "procmap.api", "procmap.engines")
+                        if m in sys.modules),
     }), flush=True)
     newcomm.Free()
 
