@@ -219,6 +219,7 @@ def resolve_device(device: str, directed_edges: int) -> str:
     if device == "gpu":
         if not gpu_available():
             raise RuntimeError("device 'gpu' needs CuPy and a CUDA GPU, and none is usable "
-                               "here (pip install 'procmap[gpu]'; check nvidia-smi)")
+                               "here (from the procmap checkout: python -m pip install -e "
+                               "'.[gpu]'; check nvidia-smi)")
         return "gpu"
     return "gpu" if directed_edges >= AUTO_GPU_MIN_EDGES and gpu_available() else "cpu"

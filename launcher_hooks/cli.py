@@ -28,6 +28,7 @@ from typing import Callable
 import sys
 
 from procmap.options import ENGINES, GRAPH_FORMATS, MPICH_FLAVORS
+from procmap.textfmt import plural
 
 # Building the parser (procmap --help) imports only light modules; each command
 # imports the pipeline, the engines and its launcher's module when it runs.
@@ -72,7 +73,7 @@ def _cmd_rankfile(args, *, machine: Callable, progress_class) -> int:
     for line in summary(args, placed, hosts):
         print(line)
     used = len(set(placed.node.tolist()))
-    print(f"wrote     {args.output}: {placed.n} ranks on {used} host{'s' if used != 1 else ''} "
+    print(f"wrote     {args.output}: {plural(placed.n, 'rank')} on {plural(used, 'host')} "
           "(rank N=<host> slot=<node-local core>)")
     print_commands(commands)
     for note in notes:
@@ -112,8 +113,10 @@ def _cmd_machinefile(args, *, machine: Callable, progress_class) -> int:
         return 0
     for line in summary(args, placed, hosts):
         print(line)
-    print(f"wrote     {args.output}: {len(plan.runs)} host:count lines for {placed.n} ranks"
-          + (f" ({len(plan.interleaved)} hosts interleaved)" if plan.interleaved else ""))
+    print(f"wrote     {args.output}: {plural(len(plan.runs), 'host:count line')} for "
+          f"{plural(placed.n, 'rank')}"
+          + (f" ({plural(len(plan.interleaved), 'host')} interleaved)" if plan.interleaved
+             else ""))
     group = "per Hydra block (run)" if args.flavor == "mpich" else "per host"
     print_lists(f"cpus      node-local rank -> core, {group}", plan.lists)
     print_commands(plan.commands)
@@ -156,14 +159,7 @@ def _slurm_parse_known_args(parser: argparse.ArgumentParser, args=None, namespac
 
 
 # ---------------------------------------------------------------- register
-_EPILOG = """\
-examples:
-  procmap rankfile app.comm --hierarchy 4:8:6 --hosts 'node[01-06]' -o app.rankfile
-  procmap rankfile app.comm -H 4:8:6 --hostfile hosts.txt --openmpi-version 5
-  procmap machinefile app.comm -H 4:8:6 --hosts 'node[01-06]' --flavor intel
-  procmap slurm app.comm -H 4:8:6 --cpu-bind -o hosts.$SLURM_JOB_ID   # inside a job
-  PROCMAP_PROLOG=1 procmap slurm app.comm -H 4:8:6 --timeout 20 -o hosts
-
+_NODE_LEVEL = """
 node level: the levels of --hierarchy below the node boundary become node-local
 core numbers: 4:8:6 on 6 hosts = node level 2 = 32 cores per host. Without
 --node-level it is inferred from the number of hosts (the level with exactly that
@@ -171,6 +167,33 @@ many nodes). Core numbers are logical cores in hierarchy order; they are renumbe
 inside each node without changing J so that nodes with the same pattern share one
 CPU list.
 """
+
+#: The examples at the end of each command's --help (then the node-level text).
+_EXAMPLES = {
+    "rankfile": """\
+examples:
+  procmap rankfile app.comm --hierarchy 4:8:6 --hosts 'node[01-06]' -o app.rankfile
+  procmap rankfile app.comm -H 4:8:6 --hostfile hosts.txt --openmpi-version 5
+  procmap rankfile app.comm -H 4:8:6 -d 1:10:100 --hosts 'node[01-06]' --ntasks 192
+""",
+    "machinefile": """\
+examples:
+  procmap machinefile app.comm -H 4:8:6 --hosts 'node[01-06]' -o machinefile
+  procmap machinefile app.comm -H 4:8:6 --hosts 'node[01-06]' --flavor intel
+  procmap machinefile app.comm -H 4:8:6 --hostfile hosts.txt --app './app -in x'
+""",
+    "slurm": """\
+examples:
+  procmap slurm app.comm -H 4:8:6 --cpu-bind -o hosts.$SLURM_JOB_ID   # inside a job
+  procmap slurm app.comm -H 4:8:6 --rank-map ranks.$SLURM_JOB_ID -o hosts.$SLURM_JOB_ID
+  procmap slurm app.comm -H 4:8:6 --hosts 'node[01-06]' -o hosts   # outside a job
+  PROCMAP_PROLOG=1 procmap slurm app.comm -H 4:8:6 --timeout 20 -o hosts   # prolog
+""",
+}
+
+
+def _epilog(command: str) -> str:
+    return _EXAMPLES[command] + _NODE_LEVEL
 
 
 def _wrap(text: str) -> str:
@@ -227,7 +250,7 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
     fmt = argparse.RawDescriptionHelpFormatter
 
     p = subparsers.add_parser(
-        "rankfile", help="map and write an Open MPI rankfile", epilog=_EPILOG, formatter_class=fmt,
+        "rankfile", help="map and write an Open MPI rankfile", epilog=_epilog("rankfile"), formatter_class=fmt,
         description=_wrap("Map the ranks onto the hosts and cores, write an Open MPI rankfile "
                     "(rank N=<host> slot=<node-local core> for every rank) and print the mpirun "
                     "line for the installed Open MPI (4.x --rankfile, 5.x --map-by rankfile:file=)."))
@@ -240,7 +263,8 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
     p.set_defaults(func=functools.partial(_cmd_rankfile, **helpers))
 
     p = subparsers.add_parser(
-        "machinefile", help="map and write an MPICH / Intel MPI machinefile", epilog=_EPILOG,
+        "machinefile", help="map and write an MPICH / Intel MPI machinefile",
+        epilog=_epilog("machinefile"),
         formatter_class=fmt,
         description=_wrap("Map the ranks, write a Hydra machinefile of host:count runs in rank order, "
                     "and print the per-node CPU lists (-bind-to user: for MPICH, "
@@ -253,7 +277,7 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
 
     p = subparsers.add_parser(
         "slurm", help="map and write SLURM_HOSTFILE (+ map_cpu lists) inside a Slurm job",
-        epilog=_EPILOG, formatter_class=fmt,
+        epilog=_epilog("slurm"), formatter_class=fmt,
         description=_wrap("Read the allocation from the Slurm environment (or --hosts), map the ranks "
                     "and write the SLURM_HOSTFILE for srun --distribution=arbitrary (one host per "
                     "rank in rank order).") + "\n\n" + _wrap(

@@ -25,6 +25,7 @@ from procmap.formats import read_graph
 from procmap.formats.atomic import check_output
 from procmap.limits import MAX_TASKS
 from procmap.objective import Evaluation, evaluate
+from procmap.textfmt import num, plural, traffic_text
 from procmap.topology import Hierarchy, describe, expand_hostlist, read_hostfile
 
 from .placement import (HostLayout, canonical_cores, check_one_rank_per_core, format_cpus,
@@ -197,19 +198,23 @@ def summary(args, placed: Placed, hosts: HostSpec) -> list[str]:
     slots = layout.slots_per_host().tolist()
     how = "inferred" if layout.node_level_inferred else "given"
     lines = [
-        f"graph     {args.graph}: {placed.n} tasks, {placed.edges} edges",
+        f"graph     {args.graph}: {plural(placed.n, 'task')}, {plural(placed.edges, 'edge')}",
         f"machine   {describe(layout.hierarchy)}",
-        f"hosts     {len(layout.hosts)} from {hosts.source}; node level {layout.hierarchy.node_level} "
-        f"({how}): {layout.pes_per_node} cores per host, slots {_runlength(slots)}",
+        f"hosts     {len(layout.hosts):,} from {hosts.source}; node level "
+        f"{layout.hierarchy.node_level} ({how}): {plural(layout.pes_per_node, 'core')} per "
+        f"host, slots {_runlength(slots)}",
         f"engine    {placed.engine} (seed {args.seed}); cores renumbered per node (same J)",
     ]
+    if getattr(args, "engine", None) == "im":
+        # Launcher files are rank placement: say that im (partition mapping) was not used.
+        _note(args, "note: --engine im: rank placement uses hm + swaps (im is for partition "
+                    "mapping, more tasks than slots)")
     gain = placed.improvement
     verdict = f"{100 * gain:.1f}% lower" if gain >= 0 else f"{-100 * gain:.1f}% higher"
-    lines.append(f"J         {ev.J}   (block placement {placed.j_block}: procmap is {verdict})")
+    lines.append(f"J         {num(ev.J)}   (block placement {num(placed.j_block)}: procmap is "
+                 f"{verdict})")
     if ev.level_traffic is not None:
-        parts = [f"same PE {ev.level_traffic[0]}"]
-        parts += [f"level {t} {v}" for t, v in enumerate(ev.level_traffic[1:], start=1)]
-        lines.append(f"traffic   {' | '.join(parts)}")
+        lines.append(f"traffic   {traffic_text(ev.level_traffic, layout.hierarchy)}")
     return lines
 
 

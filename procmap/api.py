@@ -137,6 +137,8 @@ def _map(graph, topology, engine, eps, seed, device, progress, schemes) -> Mappi
                                      topology.distances, lmax, eps, seed, share, seconds, progress,
                                      device=device, coarsening=coarsening,
                                      refinement=refinement)
+            if device == "cpu":
+                seconds.pop("upload", None)  # nothing is uploaded: the CPU uses the arrays
         else:
             t0 = time.perf_counter()
             # hm on the GPU ends with a J-refinement of the whole mapping there (hm-ultra's

@@ -18,20 +18,11 @@ import warnings
 # must not pay for NumPy, Numba or the engines); each command imports its own.
 from . import __version__
 from .errors import ProcmapError
+from .textfmt import num, plural, traffic_text
 from .options import (AUTO_GPU_MIN_EDGES, BASELINES, COARSENINGS, DEVICES, ENGINES,
-                      GRAPH_FORMATS, REFINEMENTS)
+                      GRAPH_FORMATS, REFINEMENTS, WRITABLE_FORMATS)
 
-EPILOG = """\
-examples:
-  procmap rankfile app.comm --hierarchy 4:8:6 --distance 1:10:100 --hosts 'node[01-06]'
-  procmap map app.comm --hierarchy 4:8:6 --distance 1:10:100 -o app.map
-  procmap map mesh.graph --hierarchy 4:8:6 --engine im --imbalance 0.03 --seed 1 --json
-  procmap eval app.comm --baseline block --hierarchy 4:8:6 --distance 1:10:100
-  procmap eval grid.graph --mapping grid.map --hierarchy 4:8:6 --json
-  procmap eval app.mtx --baseline random --hierarchy "tleaf 3 6 100 8 10 4 1"
-  procmap topology                 # hierarchy of this machine (or of the Slurm job)
-  procmap convert app.comm app.graph
-
+CONVENTIONS = """\
 conventions:
   --hierarchy a1:a2:...:al is given leaf first: 4:8:6 = 4 cores per processor,
   8 processors per node, 6 nodes (192 PEs). PE p and q share level t iff
@@ -39,6 +30,60 @@ conventions:
   unit of traffic between PEs whose deepest common group is level t.
   J = sum over ordered pairs C_ij * D(pe_i, pe_j): every undirected edge counts twice.
 """
+
+#: The overview's examples (``procmap --help``): one or two per command.
+EPILOG = """\
+examples:
+  procmap rankfile app.comm --hierarchy 4:8:6 --distance 1:10:100 --hosts 'node[01-06]'
+  procmap machinefile app.comm -H 4:8:6 --hosts 'node[01-06]' --flavor intel
+  procmap slurm app.comm -H 4:8:6 --cpu-bind -o hosts.$SLURM_JOB_ID   # inside a job
+  procmap map app.comm --hierarchy 4:8:6 --distance 1:10:100 -o app.map
+  procmap eval app.comm --baseline block --hierarchy 4:8:6 --distance 1:10:100
+  procmap topology                 # hierarchy of this machine (or of the Slurm job)
+  procmap convert app.comm app.graph
+  procmap warmup                   # compile every kernel once per installation
+
+every command has its own examples: procmap COMMAND --help
+
+""" + CONVENTIONS
+
+#: Examples of each command of this module, shown at the end of its --help.
+EXAMPLES = {
+    "map": """\
+examples:
+  procmap map app.comm --hierarchy 4:8:6 --distance 1:10:100 -o app.map
+  procmap map app.comm -H 4:8:6 --slots 2 -o app.map      # rank placement, 2 ranks per core
+  procmap map mesh.graph -H 4:8:6 --engine im --imbalance 0.03 --seed 1 --json -o mesh.map
+  procmap map big.graph -H 4:8:6 --device gpu -o - > big.map   # report on stderr
+""",
+    "eval": """\
+examples:
+  procmap eval app.comm --baseline block --hierarchy 4:8:6 --distance 1:10:100
+  procmap eval grid.graph --mapping grid.map --hierarchy 4:8:6 --json
+  procmap eval app.mtx --baseline random --hierarchy "tleaf 3 6 100 8 10 4 1"
+  procmap eval app.comm --mapping app.map --distance-matrix dist.txt
+""",
+    "topology": """\
+examples:
+  procmap topology                 # this machine, or the Slurm job's nodes inside a job
+  procmap topology --local --json  # this machine only, as JSON
+  procmap topology --node-from-sysfs --tleaf   # Slurm nodes split like this one, as tleaf
+  procmap map app.comm --hierarchy "$(procmap topology)" -o app.map
+""",
+    "convert": """\
+examples:
+  procmap convert app.comm app.graph          # formats from the extensions
+  procmap convert app.prof app.comm           # a profile to procmap's .comm
+  procmap convert matrix.txt app.mtx --from comm
+  procmap convert app.comm - --to metis | head
+""",
+    "warmup": """\
+examples:
+  procmap warmup                   # once per installation (or cluster image)
+  NUMBA_CACHE_DIR=/shared/numba procmap warmup   # a cache the jobs will read
+  procmap warmup --gpu --json
+""",
+}
 
 
 # ---------------------------------------------------------------- machine
@@ -111,9 +156,24 @@ def _describe_machine(topo) -> str:
 
 
 # ------------------------------------------------------------------- eval
+def _read_mapping_for(graph, path: str):
+    """``(graph, pes)``: the mapping file ``path`` (one PE per task) read for ``graph``,
+    which is padded with silent tasks when the mapping has more (ranks that never
+    communicate are absent from a matrix); fewer entries than tasks is an error."""
+    from .formats import read_mapping
+
+    pes = read_mapping(path)
+    if pes.size > graph.n:
+        graph = graph.with_num_tasks(pes.size)
+    elif pes.size < graph.n:
+        raise ProcmapError(f"{path}: {plural(pes.size, 'entry', 'entries')} but the graph has "
+                           f"{plural(graph.n, 'task')}")
+    return graph, pes
+
+
 def _cmd_eval(args) -> int:
     from . import baselines
-    from .formats import read_graph, read_mapping
+    from .formats import read_graph
     from .objective import evaluate
 
     topo = _machine(args)
@@ -121,11 +181,7 @@ def _cmd_eval(args) -> int:
     graph = read_graph(args.graph, args.format)
     t_read = time.perf_counter() - t0
     if args.mapping:
-        pes = read_mapping(args.mapping)
-        if pes.size > graph.n:  # ranks that never communicate are absent from the matrix
-            graph = graph.with_num_tasks(pes.size)
-        elif pes.size < graph.n:
-            raise ProcmapError(f"{args.mapping}: {pes.size} entries but the graph has {graph.n} tasks")
+        graph, pes = _read_mapping_for(graph, args.mapping)
         source = args.mapping
     else:
         pes = baselines.baseline(args.baseline, graph.n, topo, args.seed)
@@ -141,8 +197,9 @@ def _cmd_eval(args) -> int:
         return 0
     _print_header(args.graph, graph, topo)
     print(f"mapping   {source}")
-    _print_quality(ev)
-    print(f"time      read {t_read:.3f} s, evaluate {t_eval:.3f} s")
+    _print_quality(ev, topo)
+    print(f"time      read {t_read:.3f} s, evaluate {t_eval:.3f} s, "
+          f"total {t_read + t_eval:.3f} s")
     return 0
 
 
@@ -203,10 +260,11 @@ def _cmd_map(args) -> int:
     t0 = time.perf_counter()
     graph = read_graph(args.graph, args.format)
     t_read = time.perf_counter() - t0
-    progress("read", f"{graph.n} tasks, {graph.m} edges")
+    progress("read", f"{plural(graph.n, 'task')}, {plural(graph.m, 'edge')}")
     if args.slots is not None and graph.n > topo.total_slots:
-        raise CapacityError(f"{graph.n} tasks but only {topo.total_slots} slots "
-                            f"({topo.k} PEs x {args.slots}); rank placement needs tasks <= slots")
+        raise CapacityError(f"{plural(graph.n, 'task')} but only "
+                            f"{plural(topo.total_slots, 'slot')} ({plural(topo.k, 'PE')} x "
+                            f"{args.slots}); rank placement needs tasks <= slots")
     _announce_compile(args.quiet)
     mapping = map_tasks(graph, topo, engine=args.engine, eps=args.imbalance, seed=args.seed,
                         device=args.device, coarsening=args.coarsening,
@@ -219,7 +277,32 @@ def _cmd_map(args) -> int:
     with contextlib.redirect_stdout(sys.stderr if to_stdout else sys.stdout):
         _print_map_report(args, graph, topo, mapping, block.J, {"read": t_read, **mapping.seconds},
                           to_stdout)
+    _note_mode(args, graph, topo, mapping.evaluation)
+    if args.engine == "im" and mapping.evaluation.mode == "placement":
+        _note(args, f"--engine im: rank placement ({plural(graph.n, 'task')} <= "
+                    f"{plural(topo.total_slots, 'slot')}) uses {mapping.engine} + swaps; im is "
+                    "for partition mapping (more tasks than slots)")
+    if args.output is None:
+        _note(args, "mapping not written (give -o FILE)")
     return 0
+
+
+def _note(args, text: str) -> None:
+    """One ``procmap: note: ...`` line on stderr (silenced by --quiet)."""
+    if not getattr(args, "quiet", False):
+        print(f"procmap: note: {text}", file=sys.stderr, flush=True)
+
+
+def _note_mode(args, graph, topo, ev) -> None:
+    """Say so when more tasks than slots switched ``map`` to partition mapping without
+    --slots: rank placement (--slots N, N tasks per PE at most) may have been meant."""
+    if args.slots is not None or ev.mode != "partition":
+        return
+    import math
+
+    _note(args, f"{plural(graph.n, 'task')} on {plural(topo.k, 'PE')}: partition mapping "
+                f"(L_max {num(ev.limit)} task weight per PE); give --slots N (e.g. --slots "
+                f"{math.ceil(graph.n / topo.k):,}) for rank placement")
 
 
 def _print_map_report(args, graph, topo, mapping, j_block, seconds: dict, to_stdout: bool) -> None:
@@ -234,32 +317,41 @@ def _print_map_report(args, graph, topo, mapping, j_block, seconds: dict, to_std
         return
     _print_header(args.graph, graph, topo)
     print(f"engine    {mapping.engine} (seed {args.seed}, {mapping.device})")
-    _print_quality(ev)
+    _print_quality(ev, topo)
     verdict = f"{100 * gain:.1f}% lower" if gain >= 0 else f"{-100 * gain:.1f}% higher"
-    print(f"vs block  J {j_block} for the block placement: procmap is {verdict}")
-    print("time      " + ", ".join(f"{k} {v:.3f} s" for k, v in seconds.items()))
+    print(f"vs block  J {num(j_block)} for the block placement: procmap is {verdict}")
+    print("time      " + _time_text(seconds))
     if args.output is not None:
         print(f"wrote     {'standard output' if to_stdout else args.output}")
 
 
+def _time_text(seconds: dict) -> str:
+    """The map report's time line: reading, each phase, then the total with reading
+    included (``seconds["total"]``, as in the JSON, is the mapping alone)."""
+    phases = {k: v for k, v in seconds.items() if k != "total"}
+    text = ", ".join(f"{k} {v:.3f} s" for k, v in phases.items())
+    if "total" in seconds:
+        text += f"; total {seconds.get('read', 0.0) + seconds['total']:.3f} s (reading included)"
+    return text
+
+
 def _print_header(path, graph, topo) -> None:
-    print(f"graph     {path}: {graph.n} tasks, {graph.m} edges")
+    print(f"graph     {path}: {plural(graph.n, 'task')}, {plural(graph.m, 'edge')}")
     print(f"machine   {_describe_machine(topo)}")
 
 
-def _print_quality(ev) -> None:
-    print(f"J         {ev.J}   (every undirected edge counted twice)")
-    print(f"edge cut  {ev.cut}")
+def _print_quality(ev, topo=None) -> None:
+    print(f"J         {num(ev.J)}   (every undirected edge counted twice)")
+    print(f"edge cut  {num(ev.cut)}")
     if ev.level_traffic is not None:
-        parts = [f"same PE {ev.level_traffic[0]}"]
-        parts += [f"level {t} {v}" for t, v in enumerate(ev.level_traffic[1:], start=1)]
-        print(f"traffic   {' | '.join(parts)}")
+        print(f"traffic   {traffic_text(ev.level_traffic, topo)}")
     if ev.mode == "placement":
-        print(f"load      rank placement: at most {int(ev.counts.max(initial=0))} task(s) on a PE; "
-              f"{ev.violations} PE(s) over capacity")
+        print(f"load      rank placement: at most {plural(ev.counts.max(initial=0), 'task')} on "
+              f"a PE; {plural(ev.violations, 'PE')} over capacity")
     else:
-        print(f"load      max {int(ev.loads.max(initial=0))} / L_max {ev.limit} "
-              f"(imbalance {100 * ev.imbalance:.2f}%); {ev.violations} PE(s) over the limit")
+        print(f"load      max {num(ev.loads.max(initial=0))} / L_max {num(ev.limit)} "
+              f"(imbalance {100 * ev.imbalance:.2f}%); {plural(ev.violations, 'PE')} over the "
+              "limit")
 
 
 # --------------------------------------------------------------- topology
@@ -273,7 +365,7 @@ def _cmd_topology(args) -> int:
         if alloc is not None:
             node = detect_local(args.sysfs).hierarchy if args.node_from_sysfs else None
             h = alloc.hierarchy(node)
-            source = f"Slurm allocation ({len(alloc.hosts)} nodes)"
+            source = f"Slurm allocation ({plural(len(alloc.hosts), 'node')})"
     if h is None:
         h = detect_local(args.sysfs).hierarchy
         source = f"sysfs under {args.sysfs}"
@@ -299,7 +391,7 @@ def _cmd_convert(args) -> int:
     graph = read_graph(args.input, args.input_format)
     write_graph(graph, args.output, args.output_format)
     name = "standard output" if dest.kind == "stdout" else args.output
-    print(f"wrote {name}: {graph.n} tasks, {graph.m} edges", file=sys.stderr)
+    print(f"wrote {name}: {plural(graph.n, 'task')}, {plural(graph.m, 'edge')}", file=sys.stderr)
     return 0
 
 
@@ -326,21 +418,147 @@ def _cmd_warmup(args) -> int:
     return 0
 
 
-# ----------------------------------------------------------------- parser
-def build_parser() -> argparse.ArgumentParser:
+# ----------------------------------------------------------------- report
+_REPORT_EXAMPLES = """\
+examples:
+  procmap report examples/halo3d.comm --engine auto -H 4:8:6 -d 1:10:100 -o halo3d.html
+  procmap report app.comm --mapping app.map -H 4:8:6 -o app.html --png figures/
+  procmap report mesh.graph --engine im -H 4:8:6 --baseline block -o mesh.html --json > mesh.json
+"""
 
+
+def _report_baselines(text: str) -> tuple[str, ...]:
+    """``--baseline block,roundrobin``: known names, each once, in the order given."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BASELINES]
+    if not names or unknown:
+        raise ProcmapError(f"--baseline {text!r}: give comma-separated names from "
+                           f"{', '.join(BASELINES)}")
+    return tuple(dict.fromkeys(names))
+
+
+def _report_png_paths(directory: str | None, inputs: list, html: str) -> dict[str, str]:
+    """``--png DIR``: the path of every figure's PNG, checked like any output (DIR
+    itself is created at write time when its parent can hold it)."""
+    import os
+
+    from .formats.atomic import check_output
+    from .report.figures import FIGURES
+
+    if directory is None:
+        return {}
+    directory = directory.rstrip(os.sep) or os.sep
+    paths = {name: os.path.join(directory, f"{name}.png") for name in FIGURES}
+    if os.path.isdir(directory):
+        for path in paths.values():
+            check_output(path, inputs, outputs=[html], stdout=False)
+    elif os.path.lexists(directory):
+        raise ProcmapError(f"cannot write {directory}: --png needs a directory")
+    else:
+        check_output(directory, inputs, stdout=False)  # a new entry of its parent
+    return paths
+
+
+def _cmd_report(args) -> int:
+    import os
+
+    from .formats import read_graph
+    from .formats.atomic import atomic_write, check_output
+
+    chosen = _report_baselines(args.baseline)
+    # Before any input is read: a bad output or a missing matplotlib fails at once.
+    inputs = [args.graph, args.mapping, args.distance_matrix]
+    if args.json and args.output == "-":
+        raise ProcmapError("-o - and --json would both write to standard output; give -o "
+                           "a file name")
+    check_output(args.output, inputs)
+    pngs = _report_png_paths(args.png, inputs, args.output)
+    from .report.figures import FIGURES, render_all, require_matplotlib
+
+    require_matplotlib()
+    from .report.data import build_report
+    from .report.html import page
+
+    topo = _machine(args)
+    if not hasattr(topo, "prefix_sizes"):
+        raise ProcmapError("procmap report needs --hierarchy (its levels name the bars and "
+                           "its nodes the per-node view), not --distance-matrix")
+    graph = read_graph(args.graph, args.format)
+    if args.mapping:
+        graph, pes = _read_mapping_for(graph, args.mapping)
+        mapped = "mapping"
+        info = {"graph": args.graph, "engine": f"file {args.mapping}"}
+    else:
+        from .api import map_tasks
+
+        _announce_compile(False)
+        result = map_tasks(graph, topo, engine=args.engine, eps=args.imbalance, seed=args.seed,
+                           device=args.device)
+        pes, mapped = result.pes, "procmap"
+        info = {"graph": args.graph, "engine": f"{result.engine} ({result.device})",
+                "seed": args.seed, "seconds": result.seconds.get("total")}
+    t0 = time.perf_counter()
+    data = build_report(graph, topo, pes, baselines=chosen, mapped=mapped, info=info,
+                        eps=args.imbalance, seed=args.seed)
+    t1 = time.perf_counter()
+    images = render_all(data, topo)
+    t2 = time.perf_counter()
+    with atomic_write(args.output) as f:
+        f.write(page(data, images, FIGURES))
+    for name, path in pngs.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with atomic_write(path, "wb") as f:
+            f.write(images[name])
+    seconds = {"data": t1 - t0, "figures": t2 - t1, "write": time.perf_counter() - t2}
+    if args.json:
+        print(json.dumps({**data.as_dict(), "output": args.output, "png": pngs,
+                          "report_seconds": seconds}))
+    gain = data.summary["improvement"].get("block")
+    versus = "" if gain is None else f"; J {100 * abs(gain):.1f}% " + \
+        ("lower" if gain >= 0 else "higher") + " than block"
+    print(f"procmap: wrote {args.output} ({len(images)} figures, made in "
+          f"{seconds['data'] + seconds['figures']:.2f} s){versus}", file=sys.stderr)
+    return 0
+
+
+# ----------------------------------------------------------------- parser
+def _wrap(text: str) -> str:
+    # Subcommands keep their epilog's line breaks (RawDescriptionHelpFormatter), which
+    # also keeps the description's: it is wrapped here.
+    import textwrap
+
+    return textwrap.fill(text, width=80)
+
+
+_DEBUG_HELP = "show tracebacks on errors (accepted before or after the command)"
+
+
+def _add_debug_everywhere(sub) -> None:
+    """``--debug`` on every subcommand too, with the same meaning as before the command.
+
+    Its default there is SUPPRESS: not given after the command, the value set before
+    it (or the top-level default False) stays.
+    """
+    for p in sub.choices.values():
+        if "--debug" not in p._option_string_actions:
+            p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                           help=_DEBUG_HELP)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="procmap",
         description="Communication-aware placement of MPI ranks on hierarchical machines.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EPILOG, formatter_class=raw)
     parser.add_argument("--version", action="version", version=f"procmap {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("eval", help="evaluate J, traffic per level and balance of a mapping",
-                       description="Evaluate a mapping (from a file or a baseline placement) "
-                                   "of a communication graph onto a machine.",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=_wrap("Evaluate a mapping (from a file or a baseline "
+                                         "placement) of a communication graph onto a machine."),
+                       epilog=EXAMPLES["eval"] + "\n" + CONVENTIONS, formatter_class=raw)
     p.add_argument("graph", help="communication graph (.comm, .graph, .mtx, .npy, .csv, .npz, .prof)")
     p.add_argument("--format", choices=GRAPH_FORMATS, help="graph format (default: from the extension)")
     src = p.add_mutually_exclusive_group(required=True)
@@ -356,12 +574,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("map", help="compute a mapping that minimises J",
-                       description="Map the tasks of a communication graph onto a hierarchical "
-                                   "machine. With at most as many tasks as slots this is rank "
-                                   "placement (no PE gets more tasks than its slots; never worse "
-                                   "than the block placement); with more tasks it is partition "
-                                   "mapping under L_max = ceil((1+eps) c(V)/k).",
-                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=_wrap("Map the tasks of a communication graph onto a "
+                                         "hierarchical machine. With at most as many tasks as "
+                                         "slots this is rank placement (no PE gets more tasks "
+                                         "than its slots; never worse than the block "
+                                         "placement); with more tasks it is partition mapping "
+                                         "under L_max = ceil((1+eps) c(V)/k)."),
+                       epilog=EXAMPLES["map"] + "\n" + CONVENTIONS, formatter_class=raw)
     p.add_argument("graph", help="communication graph (.comm, .graph, .mtx, .npy, .csv, .npz, .prof)")
     p.add_argument("--format", choices=GRAPH_FORMATS, help="graph format (default: from the extension)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
@@ -395,9 +614,11 @@ def build_parser() -> argparse.ArgumentParser:
     _register_launchers(sub, _add_machine_args, _machine, _Progress, add_device_arg)
 
     p = sub.add_parser("topology", help="print the hierarchy of this machine or Slurm job",
-                       description="Detect the machine hierarchy from the Slurm environment "
-                                   "(inside a job) or from sysfs, and print it as a hierarchy "
-                                   "string usable with --hierarchy (details on stderr).")
+                       description=_wrap("Detect the machine hierarchy from the Slurm "
+                                         "environment (inside a job) or from sysfs, and print "
+                                         "it as a hierarchy string usable with --hierarchy "
+                                         "(details on stderr)."),
+                       epilog=EXAMPLES["topology"], formatter_class=raw)
     p.add_argument("--local", action="store_true", help="ignore Slurm variables; describe this machine")
     p.add_argument("--node-from-sysfs", action="store_true",
                    help="in a Slurm job, split each node by this machine's sysfs layout")
@@ -407,26 +628,66 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_topology)
 
     p = sub.add_parser("convert", help="convert a communication graph between formats",
-                       description="Read a graph in one format and write it in another "
-                                   "(formats from the extensions unless given).")
-    p.add_argument("input")
-    p.add_argument("output")
-    p.add_argument("--from", dest="input_format", choices=GRAPH_FORMATS)
-    p.add_argument("--to", dest="output_format", choices=GRAPH_FORMATS)
+                       description=_wrap("Read a graph in one format and write it in another "
+                                         "(formats from the extensions unless given). The "
+                                         "output is written atomically: a failed conversion "
+                                         "leaves nothing behind."),
+                       epilog=EXAMPLES["convert"], formatter_class=raw)
+    p.add_argument("input", help="graph to read (.comm, .graph, .mtx, .npy, .csv, .npz, .prof)")
+    p.add_argument("output", help="file to write; its extension gives the format unless --to "
+                                  "is given ('-': standard output, --to needed)")
+    p.add_argument("--from", dest="input_format", choices=GRAPH_FORMATS, metavar="FORMAT",
+                   help=f"format of input: {', '.join(GRAPH_FORMATS)} (default: from the "
+                        "extension)")
+    p.add_argument("--to", dest="output_format", choices=WRITABLE_FORMATS, metavar="FORMAT",
+                   help=f"format of output: {', '.join(WRITABLE_FORMATS)} (default: from the "
+                        "extension; prof is read only)")
     p.set_defaults(func=_cmd_convert)
 
     p = sub.add_parser(
         "warmup", help="compile every kernel into the cache ahead of the first run",
-        description="Compile (or load) every CPU kernel that procmap commands use into Numba's "
-                    "on-disk cache, so that no later run compiles: the step for cluster images, "
-                    "shared installations and before jobs whose prologs call procmap (a prolog "
-                    "never compiles). The cache is NUMBA_CACHE_DIR when set, else __pycache__ "
-                    "beside the installed kernels, else (a read-only installation) "
-                    "~/.cache/numba; run it as the user whose cache the jobs will read.")
+        description=_wrap("Compile (or load) every CPU kernel that procmap commands use into "
+                          "Numba's on-disk cache, so that no later run compiles: the step for "
+                          "cluster images, shared installations and before jobs whose prologs "
+                          "call procmap (a prolog never compiles). The cache is NUMBA_CACHE_DIR "
+                          "when set, else __pycache__ beside the installed kernels, else (a "
+                          "read-only installation) ~/.cache/numba; run it as the user whose "
+                          "cache the jobs will read."),
+        epilog=EXAMPLES["warmup"], formatter_class=raw)
     p.add_argument("--gpu", action="store_true",
                    help="also load the GPU backend's modules (needs CuPy and a GPU)")
     p.add_argument("--json", action="store_true", help="print a JSON object of step times")
     p.set_defaults(func=_cmd_warmup)
+
+    p = sub.add_parser(
+        "report", help="write an HTML page of figures comparing a mapping with the baselines",
+        description=_wrap("Draw where the traffic goes under procmap's placement (--engine) "
+                          "or a mapping file (--mapping) and under the baselines: the rank-"
+                          "to-rank traffic matrix, traffic per hierarchy level, and traffic "
+                          "and load per node, with a summary table. Writes one self-contained "
+                          "HTML file (images inlined). Needs matplotlib: pip install -e "
+                          "'.[report]' in a procmap checkout."),
+        epilog=_REPORT_EXAMPLES + "\n" + CONVENTIONS, formatter_class=raw)
+    p.add_argument("graph", help="communication graph (.comm, .graph, .mtx, .npy, .csv, .npz, .prof)")
+    p.add_argument("--format", choices=GRAPH_FORMATS, help="graph format (default: from the extension)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--mapping", "-m", metavar="FILE", help="mapping file: one PE id per line")
+    src.add_argument("--engine", choices=ENGINES, help="compute procmap's mapping with this engine")
+    p.add_argument("--baseline", default="block,roundrobin", metavar="NAMES",
+                   help="placements to compare with, comma-separated from "
+                        f"{', '.join(BASELINES)} (default block,roundrobin)")
+    p.add_argument("--imbalance", "-e", type=float, default=0.03, metavar="EPS",
+                   help="allowed imbalance eps in partition mapping (default 0.03)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the engine and of the random baseline")
+    add_device_arg(p)
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the HTML report ('-': standard output, unless --json)")
+    p.add_argument("--png", metavar="DIR", help="also write every figure as a PNG file into DIR")
+    p.add_argument("--json", action="store_true",
+                   help="print the figures' data as one JSON object on standard output")
+    _add_machine_args(p)
+    p.set_defaults(func=_cmd_report)
+    _add_debug_everywhere(sub)
     return parser
 
 

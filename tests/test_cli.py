@@ -46,7 +46,11 @@ def test_eval_block_baseline_equals_published_mapping(capsys, grid_files):
     code, out, _ = run(capsys, "eval", grid_files["graph"], "--baseline", "block",
                        "--hierarchy", "4:8:6", "--distance", "1:10:100")
     assert code == 0
-    assert "427408" in out and "level 3" in out
+    assert "J         427,408 " in out and "40,000 tasks, 79,600 edges" in out
+    traffic = next(line for line in out.splitlines() if line.startswith("traffic"))
+    assert traffic.split("|")[0].startswith("traffic   same core ")
+    assert [part.strip().rsplit(" ", 1)[0] for part in traffic[10:].split("|")] == [
+        "same core", "same processor", "same node", "between nodes"]
 
 
 def test_eval_example_and_tleaf_hierarchy(capsys):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 
 import numba as nb
 import numpy as np
@@ -170,6 +171,8 @@ def read_comm(path: str | os.PathLike) -> CommGraph:
         raise FormatError(_entry_problem(tokens.values[3 * i:3 * i + 3], problem, tasks, tasks_line),
                           path, int(tokens.line_no[i]))
     _check_task_count(src, dst, tasks, tasks_line, tokens, path)
+    if tasks is None:
+        _warn_if_one_based(src, dst, path)
     if integral:
         volume = int_volume
         big = tokens.big_index % 3 == 2  # integer volumes beyond 2^53, exactly
@@ -180,6 +183,23 @@ def read_comm(path: str | os.PathLike) -> CommGraph:
         return CommGraph.from_edges(src, dst, volume, n=tasks)
     except InputError as exc:
         raise as_format_error(exc, path) from None
+
+
+def _warn_if_one_based(src: np.ndarray, dst: np.ndarray, path) -> None:
+    """Warn (one line) when the ranks look 1-based: no ``# tasks:`` header, no entry
+    mentions rank 0, and the entries mention every rank 1..max. Rank 0 would then
+    be a task that never communicates, which is rarely what the file meant."""
+    if src.size == 0 or min(int(src.min()), int(dst.min())) != 1:
+        return
+    top = max(int(src.max()), int(dst.max()))
+    seen = np.zeros(top + 1, dtype=np.bool_)
+    seen[src] = True
+    seen[dst] = True
+    if seen[1:].all():
+        warnings.warn(f"{os.fspath(path)}: the ranks run 1..{top:,} and no entry mentions rank "
+                      "0: the file looks 1-based, but .comm ranks are 0-based, so rank 0 never "
+                      f"communicates and {top + 1:,} tasks are mapped (renumber from 0, or add "
+                      "'# tasks: N' to keep it as it is)", stacklevel=3)
 
 
 def _check_task_count(src: np.ndarray, dst: np.ndarray, tasks: int | None,
