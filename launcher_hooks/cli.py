@@ -1,6 +1,6 @@
-"""The launcher subcommands of ``procmap``: ``rankfile``, ``machinefile`` and ``slurm``.
+"""The launcher subcommands of ``procmap``: ``rankfile``, ``machinefile``, ``slurm``, ``rankorder``.
 
-All three share one pipeline (:mod:`.pipeline`): hosts (``--hosts``, ``--hostfile``
+All four share one pipeline (:mod:`.pipeline`): hosts (``--hosts``, ``--hostfile``
 or the Slurm environment) and a hierarchy give a :class:`~.placement.HostLayout`;
 the graph is mapped with rank placement (never more ranks than slots, never worse
 than the block placement); the cores inside every node are renumbered canonically
@@ -39,7 +39,10 @@ __all__ = ["register"]
 
 # ----------------------------------------------------------------- rankfile
 def _cmd_rankfile(args, *, machine: Callable, progress_class) -> int:
-    from . import openmpi
+    """``procmap rankfile``: the launch line starts with the Open MPI launcher found
+    behind ``--mpirun`` (as given), or ``mpirun.openmpi`` when that name is another
+    MPI's; ``--openmpi-version`` skips detection and prints ``--mpirun`` as given."""
+    from . import mpi_detect, openmpi
     from .pipeline import (check_outputs, check_slots, hosts_from_args, layout_hosts, place,
                            print_commands, progress_for, read_job_graph, summary, summary_json)
 
@@ -50,10 +53,15 @@ def _cmd_rankfile(args, *, machine: Callable, progress_class) -> int:
     layout = layout_hosts(args, machine(args), hosts)
     graph = read_job_graph(args, args.ntasks, "--ntasks")
     check_slots(graph, layout, hosts)
-    version = forced or openmpi.detect_openmpi(args.mpirun)
+    launcher = None
+    if forced is None:
+        launcher = mpi_detect.pick_launcher(args.mpirun, mpi_detect.OPENMPI, option="--mpirun")
+    version = forced or openmpi.version_of(launcher.info)
+    mpirun = args.mpirun if launcher is None else launcher.name
     placed = place(args, layout, graph, progress_for(args, progress_class))
-    commands = openmpi.launch_lines(version, placed.n, args.output, args.app)
-    notes = []
+    commands = openmpi.launch_lines(version, placed.n, args.output, args.app, mpirun)
+    # The launcher note first: it says whether the lines run here at all.
+    notes = [launcher.note] if launcher is not None and launcher.note else []
     if not version.known:
         notes.append(f"Open MPI version unknown ({version.source}): both forms shown; "
                      "--openmpi-version 4|5 picks one")
@@ -65,8 +73,8 @@ def _cmd_rankfile(args, *, machine: Callable, progress_class) -> int:
 
     if args.json:
         out = summary_json(args, placed, hosts)
-        out.update({"output": args.output, "openmpi_version": version.version,
-                    "openmpi_source": version.source,
+        out.update({"output": args.output, "mpirun": mpirun,
+                    "openmpi_version": version.version, "openmpi_source": version.source,
                     "commands": [c for _, c in commands], "notes": notes})
         print(json.dumps(out, indent=2))
         return 0
@@ -83,7 +91,11 @@ def _cmd_rankfile(args, *, machine: Callable, progress_class) -> int:
 
 # -------------------------------------------------------------- machinefile
 def _cmd_machinefile(args, *, machine: Callable, progress_class) -> int:
-    from . import mpich
+    """``procmap machinefile``: the launch line starts with the launcher of
+    ``--flavor``'s MPI found behind ``--mpiexec`` or, when that name is another MPI's
+    (Debian points ``mpiexec`` at Open MPI), ``mpiexec.hydra`` / ``mpiexec.mpich``;
+    when none is found, a note says the line does not run here as printed."""
+    from . import mpi_detect, mpich
     from .pipeline import (check_outputs, check_slots, hosts_from_args, layout_hosts, place,
                            print_commands, print_lists, progress_for, read_job_graph, summary,
                            summary_json, warn)
@@ -93,16 +105,20 @@ def _cmd_machinefile(args, *, machine: Callable, progress_class) -> int:
     layout = layout_hosts(args, machine(args), hosts)
     graph = read_job_graph(args, args.ntasks, "--ntasks")
     check_slots(graph, layout, hosts)
+    want = mpi_detect.INTEL if args.flavor == "intel" else mpi_detect.MPICH
+    launcher = mpi_detect.pick_launcher(args.mpiexec, want, option="--mpiexec")
     placed = place(args, layout, graph, progress_for(args, progress_class))
     plan = mpich.plan_hydra(args.flavor, layout.hosts, placed.node, placed.core, args.output,
-                            args.app)
+                            args.app, launcher.name)
+    if launcher.note:
+        plan.notes.insert(0, launcher.note)
     for text in plan.warnings:
         warn(args, text)
     mpich.write_machinefile(args.output, layout.hosts, plan.runs)
 
     if args.json:
         out = summary_json(args, placed, hosts)
-        out.update({"output": args.output, "flavor": args.flavor,
+        out.update({"output": args.output, "flavor": args.flavor, "mpiexec": launcher.name,
                     "runs": [[layout.hosts[node], count] for node, count in plan.runs],
                     "interleaved_hosts": [layout.hosts[i] for i in plan.interleaved],
                     "cpu_lists": [{"group": name, "cpus": cpus} for name, cpus in plan.lists],
@@ -158,6 +174,57 @@ def _slurm_parse_known_args(parser: argparse.ArgumentParser, args=None, namespac
     return ns, extras
 
 
+# --------------------------------------------------------------- rankorder
+def _cmd_rankorder(args, *, machine: Callable, progress_class) -> int:
+    """``procmap rankorder``: an HPE Cray MPICH rank-order file (:mod:`.cray`)."""
+    from procmap.errors import ProcmapError
+
+    from . import cray
+    from .pipeline import (HostSpec, check_outputs, check_slots, hosts_from_args, layout_hosts,
+                           place, print_commands, progress_for, read_job_graph, summary,
+                           summary_json, warn)
+
+    check_outputs(args)
+    if args.nodes is not None and (args.hosts is not None or args.hostfile is not None):
+        raise ProcmapError("give --nodes or --hosts/--hostfile, not both")
+    topology = machine(args)
+    # The file names no host: hosts, when given, only count the nodes.
+    hosts = hosts_from_args(args)
+    if hosts is None:
+        names, source = cray.placeholder_hosts(args.nodes, args.node_level, topology)
+        hosts = HostSpec(tuple(names), None, source)
+    layout = layout_hosts(args, topology, hosts)
+    graph = read_job_graph(args, args.ntasks, "--ntasks")
+    check_slots(graph, layout, hosts)
+    placed = place(args, layout, graph, progress_for(args, progress_class))
+    plan = cray.plan_rankorder(placed.node, placed.core, args.output, args.app)
+    for text in plan.warnings:
+        warn(args, text)
+    cray.write_rank_order(args.output, plan.lines)
+
+    if args.json:
+        out = summary_json(args, placed, hosts)
+        out.update({"output": args.output, "ranks_per_node": plan.counts,
+                    "rank_ranges": plan.ranges, "pmi_mapping_bytes": plan.pmi_bytes,
+                    "scattered": plan.scattered, "environment": plan.env,
+                    "commands": [c for _, c in plan.commands], "notes": plan.notes,
+                    "warnings": plan.warnings})
+        print(json.dumps(out, indent=2))
+        return 0
+    for line in summary(args, placed, hosts):
+        print(line)
+    print(f"wrote     {args.output}: {plural(placed.n, 'rank')} on "
+          f"{plural(len(plan.lines), 'node')}, one line per node "
+          f"({plural(plan.ranges, 'rank range')})")
+    print("set:")
+    for line in plan.env:
+        print(f"  {line}")
+    print_commands(plan.commands)
+    for note in plan.notes:
+        print(f"note: {note}")
+    return 0
+
+
 # ---------------------------------------------------------------- register
 _NODE_LEVEL = """
 node level: the levels of --hierarchy below the node boundary become node-local
@@ -181,6 +248,12 @@ examples:
   procmap machinefile app.comm -H 4:8:6 --hosts 'node[01-06]' -o machinefile
   procmap machinefile app.comm -H 4:8:6 --hosts 'node[01-06]' --flavor intel
   procmap machinefile app.comm -H 4:8:6 --hostfile hosts.txt --app './app -in x'
+""",
+    "rankorder": """\
+examples:
+  procmap rankorder app.comm -H 4:8:6 --nodes 6 -o MPICH_RANK_ORDER
+  procmap rankorder app.comm -H 4:8:6 --hosts 'nid[001-006]' -o order.txt
+  procmap rankorder app.comm -H 4:8:6 --node-level 2 --ntasks 192
 """,
     "slurm": """\
 examples:
@@ -257,7 +330,8 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
     _add_common(p, add_machine_args, "rankfile", hosts_required=True)
     add_device_arg(p)
     p.add_argument("--mpirun", default="mpirun", metavar="PATH",
-                   help="mpirun whose --version picks the launch line (default: mpirun on PATH)")
+                   help="Open MPI launcher to print and whose --version picks the launch line "
+                        "(default: mpirun on PATH; mpirun.openmpi when mpirun is another MPI's)")
     p.add_argument("--openmpi-version", metavar="4|5",
                    help="skip detection: the Open MPI major version (or x.y.z) to write the line for")
     p.set_defaults(func=functools.partial(_cmd_rankfile, **helpers))
@@ -273,6 +347,9 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
     add_device_arg(p)
     p.add_argument("--flavor", choices=MPICH_FLAVORS, default="mpich",
                    help="mpich (Hydra mpiexec -f) or intel (mpiexec -machinefile); default mpich")
+    p.add_argument("--mpiexec", default="mpiexec", metavar="PATH",
+                   help="launcher to print, checked with --version (default: mpiexec on PATH; "
+                        "mpiexec.hydra or mpiexec.mpich when mpiexec is another MPI's)")
     p.set_defaults(func=functools.partial(_cmd_machinefile, **helpers))
 
     p = subparsers.add_parser(
@@ -308,3 +385,17 @@ def register(subparsers, add_machine_args: Callable, machine: Callable, progress
     p.parse_known_args = functools.partial(  # type: ignore[method-assign]
         _slurm_parse_known_args, p)
     p.set_defaults(func=functools.partial(_cmd_slurm, **helpers))
+
+    p = subparsers.add_parser(
+        "rankorder", help="map and write an HPE Cray MPICH rank-order file (MPICH_RANK_ORDER)",
+        epilog=_epilog("rankorder"), formatter_class=fmt,
+        description=_wrap("Map the ranks and write the rank-order file that HPE Cray MPICH "
+                    "reads with MPICH_RANK_REORDER_METHOD=3: comma-separated rank ids (a-b "
+                    "ranges) in slot order, one line per node. Node names are not in the "
+                    "file: --nodes, --node-level, --hosts or --hostfile only give the node "
+                    "count. Prints the environment to set and the srun line."))
+    _add_common(p, add_machine_args, "MPICH_RANK_ORDER", hosts_required=False)
+    add_device_arg(p)
+    p.add_argument("--nodes", "-N", type=int, metavar="N",
+                   help="number of nodes (instead of --hosts / --hostfile)")
+    p.set_defaults(func=functools.partial(_cmd_rankorder, **helpers))

@@ -17,8 +17,17 @@ re-appears after another one, notes 2.1/2.2, verified):
 Both bind through one list indexed by node-local rank (``-bind-to user:3,1,...``,
 ``I_MPI_PIN_PROCESSOR_LIST=3,1,...``) that applies to *every* node. When the nodes
 need different lists there is no single-list form: Intel MPI takes one ``-host`` /
-``-env`` pair per MPMD argument set (documented, not verified here), MPICH 5.0.2
-rejected per-block ``-host`` (verified), so MPICH jobs then run unbound.
+``-env`` pair per MPMD argument set, MPICH 5.0.2 rejected per-block ``-host``
+(verified), so MPICH jobs then run unbound. The Intel MPI form follows Intel's
+documented syntax (Intel MPI Library Developer Reference, "Local Hydra Options":
+``-n``, ``-host`` and ``-env`` are local options that apply to the argument set they
+appear in, sets separated by ``:``); it is **unverified**: neither procmap's tests nor
+CI ran it against Intel MPI, nor checked that each set's ``I_MPI_PIN_PROCESSOR_LIST``
+is honoured.
+
+The launch lines start with the ``mpiexec`` name the caller passes (see
+:func:`.mpi_detect.pick_launcher`): on a machine with both MPIs, ``mpiexec`` is often
+Open MPI's and MPICH's Hydra is ``mpiexec.hydra``.
 """
 from __future__ import annotations
 
@@ -87,8 +96,12 @@ class HydraPlan:
 
 
 def plan_hydra(flavor: str, hosts: Sequence[str], node_of_rank: np.ndarray, cores: np.ndarray,
-               machinefile: str, app: str = "./app") -> HydraPlan:
-    """Work out runs, CPU lists and launch lines for ``flavor`` (see module docstring)."""
+               machinefile: str, app: str = "./app", mpiexec: str = "mpiexec") -> HydraPlan:
+    """Work out runs, CPU lists and launch lines for ``flavor`` (see module docstring).
+
+    ``mpiexec`` is the launcher printed as each line's first word (shell-quoted); the
+    caller picks it, this function runs nothing.
+    """
     if flavor not in FLAVORS:
         raise ValueError(f"flavor must be one of {FLAVORS}, not {flavor!r}")
     node_of_rank = np.asarray(node_of_rank)
@@ -109,6 +122,7 @@ def plan_hydra(flavor: str, hosts: Sequence[str], node_of_rank: np.ndarray, core
     common = common_list([cpus for _, cpus in lists])
     plan = HydraPlan(flavor, run_list, repeated, lists, common)
     mf = shlex.quote(machinefile)
+    mx = shlex.quote(mpiexec)
 
     if repeated and flavor == "mpich":
         names = ", ".join(hosts[i] for i in repeated[:4]) + (", ..." if len(repeated) > 4 else "")
@@ -121,11 +135,11 @@ def plan_hydra(flavor: str, hosts: Sequence[str], node_of_rank: np.ndarray, core
     if flavor == "mpich":
         if common is not None:
             binding = f"-bind-to user:{format_cpus(common)}"
-            plan.commands.append(("MPICH", f"mpiexec -f {mf} -n {n} {binding} {app}"))
+            plan.commands.append(("MPICH", f"{mx} -f {mf} -n {n} {binding} {app}"))
             plan.notes.append("the -bind-to user: list is indexed by node-local rank and is the same "
                               "on every node")
         else:
-            plan.commands.append(("MPICH", f"mpiexec -f {mf} -n {n} {app}"))
+            plan.commands.append(("MPICH", f"{mx} -f {mf} -n {n} {app}"))
             plan.notes.append("the nodes need different CPU lists (the cpus lists, indexed by local rank), but "
                               "Hydra applies one -bind-to user: list to every node and MPICH rejects "
                               "per-host -host in MPMD form: this launch places ranks on the right "
@@ -134,7 +148,7 @@ def plan_hydra(flavor: str, hosts: Sequence[str], node_of_rank: np.ndarray, core
     else:
         if common is not None:
             plan.commands.append(("Intel MPI", f"I_MPI_PIN_PROCESSOR_LIST={format_cpus(common)} "
-                                               f"mpiexec -machinefile {mf} -n {n} {app}"))
+                                               f"{mx} -machinefile {mf} -n {n} {app}"))
             plan.notes.append("I_MPI_PIN_PROCESSOR_LIST is indexed by node-local rank and is the "
                               "same on every node; use -machinefile (-f ignores the :count suffixes)")
         else:
@@ -143,11 +157,11 @@ def plan_hydra(flavor: str, hosts: Sequence[str], node_of_rank: np.ndarray, core
             per_host = dict(cpu_lists(node_of_rank, cores))
             sets = [f"-n {count} -host {shlex.quote(hosts[node])} -env I_MPI_PIN_PROCESSOR_LIST "
                     f"{format_cpus(per_host[node])} {app}" for node, count in run_list]
-            plan.commands.append(("Intel MPI", "mpiexec " + " : ".join(sets)))
+            plan.commands.append(("Intel MPI", f"{mx} " + " : ".join(sets)))
             plan.notes.append("the nodes need different CPU lists: one MPMD argument set per "
                               "machinefile run, each with -host and its host's "
-                              "I_MPI_PIN_PROCESSOR_LIST (Intel MPI documents -host and -env as "
-                              "per-set options; this form was not verified by procmap's tests); "
-                              "without binding: mpiexec -machinefile "
-                              f"{mf} -n {n} {app}")
+                              "I_MPI_PIN_PROCESSOR_LIST; this form is UNVERIFIED: it follows "
+                              "Intel MPI's documented syntax (-n, -host and -env are local "
+                              "options of an argument set) but was never run against Intel MPI "
+                              f"by procmap; without binding: {mx} -machinefile {mf} -n {n} {app}")
     return plan

@@ -8,15 +8,17 @@ rank (launcher notes 1.4/1.5): the ``socket:core`` form was mis-bound by PRRTE
 The option that reads a rankfile changed between versions (notes 1.2): Open MPI 4
 (ORTE) takes ``--rankfile F`` and rejects ``--map-by rankfile:file=F``; Open MPI 5
 (PRRTE) takes ``--map-by rankfile:file=F`` and only warns about ``--rankfile``.
-:func:`detect_openmpi` runs ``mpirun --version`` to pick the right one.
+:func:`detect_openmpi` runs ``mpirun --version`` to pick the right one; Open MPI 4
+says ``(OpenRTE) 4.1.4`` after whatever the launcher is called (``mpirun.openmpi``,
+``orterun``), 5 says ``(Open MPI) 5.0.11`` (:mod:`.mpi_detect` reads both). The launch
+line starts with the launcher's name as given (``--mpirun``), so that it runs verbatim
+where it was printed (docs/design.md section 6).
 """
 from __future__ import annotations
 
 import os
 import re
 import shlex
-import shutil
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,11 +27,11 @@ import numpy as np
 from procmap.errors import ProcmapError
 from procmap.formats import atomic_write
 
-__all__ = ["OpenMPIVersion", "rankfile_text", "write_rankfile", "parse_version_output",
-           "parse_forced_version", "detect_openmpi", "launch_lines", "OVERSUBSCRIBE_NOTE"]
+from . import mpi_detect
 
-# "mpirun (Open MPI) 4.1.4", "mpirun (Open MPI) 5.0.11", "prterun (Open MPI) 5.0.0rc12"
-_VERSION = re.compile(r"\(Open MPI\)\s+v?(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+__all__ = ["OpenMPIVersion", "rankfile_text", "write_rankfile", "parse_version_output",
+           "parse_forced_version", "version_of", "detect_openmpi", "launch_lines",
+           "OVERSUBSCRIBE_NOTE"]
 
 OVERSUBSCRIBE_NOTE = ("do not add --oversubscribe: Open MPI 5 then silently drops every rankfile "
                       "binding (and refuses the rankfile without it when a host has too few slots)")
@@ -80,14 +82,12 @@ def write_rankfile(path: str | os.PathLike, hosts: Sequence[str], node_of_rank: 
 def parse_version_output(text: str) -> tuple[int, str] | None:
     """``(major, "x.y.z")`` from ``mpirun --version`` output, or ``None``.
 
-    ``None`` means the output does not name Open MPI with a readable version
-    (MPICH's Hydra prints "HYDRA build details", Intel MPI "Intel(R) MPI Library").
+    Reads ``mpirun (Open MPI) 5.0.11`` and Open MPI 4's ``mpirun (OpenRTE) 4.1.4``,
+    whatever the launcher is called. ``None`` means the output does not name Open
+    MPI with a readable version (MPICH's Hydra prints "HYDRA build details", Intel
+    MPI "Intel(R) MPI Library").
     """
-    m = _VERSION.search(text)
-    if m is None:
-        return None
-    parts = [p for p in m.groups() if p is not None]
-    return int(parts[0]), ".".join(parts)
+    return mpi_detect.parse_openmpi_version(text)
 
 
 def parse_forced_version(text: str) -> OpenMPIVersion:
@@ -105,46 +105,45 @@ def parse_forced_version(text: str) -> OpenMPIVersion:
     return OpenMPIVersion(int(m.group(1)), text.strip().lstrip("v"), "--openmpi-version")
 
 
-def detect_openmpi(mpirun: str = "mpirun", timeout: float = 5.0) -> OpenMPIVersion:
+def version_of(info: mpi_detect.MPIInfo) -> OpenMPIVersion:
+    """The :class:`OpenMPIVersion` of a :func:`.mpi_detect.detect_mpi` result."""
+    where = info.path or info.name
+    if info.kind is None:
+        return OpenMPIVersion(None, None, info.reason)
+    if info.kind != mpi_detect.OPENMPI:
+        return OpenMPIVersion(None, None, f"{where} is {info.label}, not Open MPI")
+    parsed = parse_version_output(f"(Open MPI) {info.version}") if info.version else None
+    if parsed is None:
+        said = f" (it says {info.said!r})" if info.said else ""
+        return OpenMPIVersion(None, None, f"{where} is an unreadable Open MPI version{said}")
+    return OpenMPIVersion(parsed[0], parsed[1], where)
+
+
+def detect_openmpi(mpirun: str = "mpirun",
+                   timeout: float = mpi_detect.DEFAULT_TIMEOUT) -> OpenMPIVersion:
     """Run ``mpirun --version`` and read the Open MPI version; never raises.
 
     A missing, hanging, failing or non-Open-MPI ``mpirun`` gives ``major=None`` with
     the reason in :attr:`OpenMPIVersion.source`, so that the caller can print both
     launch forms instead of a wrong one.
     """
-    path = shutil.which(mpirun)
-    if path is None:
-        return OpenMPIVersion(None, None, f"{mpirun} not found")
-    try:
-        proc = subprocess.run([path, "--version"], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL, errors="replace")
-    except subprocess.TimeoutExpired:
-        return OpenMPIVersion(None, None, f"'{path} --version' did not answer within {timeout:g} s")
-    except OSError as exc:
-        return OpenMPIVersion(None, None, f"cannot run {path}: {exc.strerror or exc}")
-    parsed = parse_version_output(proc.stdout + "\n" + proc.stderr)
-    if parsed is None:
-        first = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
-        said = f" (it says {first[0][:60]!r})" if first else ""
-        what = "an unreadable Open MPI version" if "Open MPI" in proc.stdout + proc.stderr \
-            else "not Open MPI"
-        return OpenMPIVersion(None, None, f"{path} is {what}{said}")
-    major, version = parsed
-    return OpenMPIVersion(major, version, path)
+    return version_of(mpi_detect.detect_mpi(mpirun, timeout))
 
 
-def _line(option: list[str], n: int, app: str) -> str:
-    return shlex.join(["mpirun", "-n", str(n), *option]) + f" {app}"
+def _line(mpirun: str, option: list[str], n: int, app: str) -> str:
+    return shlex.join([mpirun, "-n", str(n), *option]) + f" {app}"
 
 
-def launch_lines(version: OpenMPIVersion, n: int, rankfile: str, app: str = "./app") -> list[tuple[str, str]]:
+def launch_lines(version: OpenMPIVersion, n: int, rankfile: str, app: str = "./app",
+                 mpirun: str = "mpirun") -> list[tuple[str, str]]:
     """``[(label, command), ...]``: one line for a known version, both when unknown.
 
     Open MPI 4 and older (ORTE) read ``--rankfile``; 5 and later (PRRTE) read
-    ``--map-by rankfile:file=``.
+    ``--map-by rankfile:file=``. Every line starts with ``mpirun`` as given (a name
+    on PATH such as ``mpirun.openmpi``, or a path), shell-quoted.
     """
-    v4 = _line(["--rankfile", rankfile], n, app)
-    v5 = _line(["--map-by", f"rankfile:file={rankfile}"], n, app)
+    v4 = _line(mpirun, ["--rankfile", rankfile], n, app)
+    v5 = _line(mpirun, ["--map-by", f"rankfile:file={rankfile}"], n, app)
     if version.major is None:
         return [("Open MPI 4", v4), ("Open MPI 5", v5)]
     if version.major >= 5:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import subprocess
 import threading
@@ -71,9 +72,13 @@ def fixed_mapper(monkeypatch, pes_for):
 
 
 def fake_mpirun(tmp_path, output: str, name: str = "mpirun") -> str:
-    """An executable that prints ``output`` for ``--version``."""
+    """An executable that prints ``output`` for ``--version``.
+
+    It uses only the shell's builtin printf, so that it also runs with PATH set to
+    ``tmp_path`` alone (tests that must not see the machine's real launchers).
+    """
     path = tmp_path / name
-    path.write_text("#!/bin/sh\ncat <<'EOF'\n" + output + "\nEOF\n")
+    path.write_text("#!/bin/sh\nprintf '%s\\n' " + shlex.quote(output) + "\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return str(path)
 
@@ -305,7 +310,8 @@ def test_launch_line_follows_mpirun_version(tmp_path, small_graph, capsys, monke
                     "-o", tmp_path / "rf", "--mpirun", mpirun])
     assert code == 0
     out = capsys.readouterr().out
-    launch = [line for line in out.splitlines() if line.startswith("  mpirun")]
+    # The line starts with --mpirun as given (here a path), not a bare "mpirun".
+    launch = [line for line in out.splitlines() if line.startswith(f"  {mpirun} ")]
     assert len(launch) == 1 and expected in launch[0]
     assert ("--oversubscribe" in out) == ("5.0.11" in output)       # the v5 binding note
 
@@ -315,6 +321,8 @@ def test_launch_line_follows_mpirun_version(tmp_path, small_graph, capsys, monke
 def test_unknown_mpirun_prints_both_forms(tmp_path, small_graph, capsys, monkeypatch, output):
     fixed_mapper(monkeypatch, lambda g, t: baselines.block(g.n, t))
     mpirun = fake_mpirun(tmp_path, output)
+    # Only the fake on PATH: a real mpirun.openmpi here would be printed instead.
+    monkeypatch.setenv("PATH", str(tmp_path))
     code = run_cli(["rankfile", small_graph, "-H", "2:2:3", "--hosts", "n[1-3]",
                     "-o", tmp_path / "rf", "--mpirun", mpirun])
     assert code == 0
@@ -344,9 +352,21 @@ def _interleaved(graph, topology):
     return (pair % 3) * 4 + (pair // 3) * 2 + np.arange(graph.n) % 2
 
 
+def _fake_mpiexec(tmp_path, monkeypatch, output: str) -> None:
+    """A fake ``mpiexec`` printing ``output`` first on PATH: the printed name does not
+    depend on the MPI installed where the tests run."""
+    fake_mpirun(tmp_path, output, name="mpiexec")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+HYDRA_VERSION = "HYDRA build details:\n    Version:                                 4.0.2"
+INTEL_VERSION = "Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619 (id: c2e19c2f3e)"
+
+
 def test_machinefile_merges_runs_and_warns_on_interleaving(tmp_path, small_graph, capsys,
                                                            monkeypatch):
     fixed_mapper(monkeypatch, _interleaved)
+    _fake_mpiexec(tmp_path, monkeypatch, HYDRA_VERSION)
     out = tmp_path / "mf"
     code = run_cli(["machinefile", small_graph, "-H", "2:2:3", "--hosts", "n[1-3]", "-o", out])
     assert code == 0
@@ -364,6 +384,7 @@ def test_machinefile_block_placement_has_one_list(tmp_path, small_graph, capsys,
     for flavor, expected in [("mpich", f"mpiexec -f {out} -n 12 -bind-to user:0,1,2,3 ./app"),
                              ("intel", f"I_MPI_PIN_PROCESSOR_LIST=0,1,2,3 mpiexec -machinefile "
                                        f"{out} -n 12 ./app")]:
+        _fake_mpiexec(tmp_path, monkeypatch, HYDRA_VERSION if flavor == "mpich" else INTEL_VERSION)
         code = run_cli(["machinefile", small_graph, "-H", "2:2:3", "--hosts", "n[1-3]", "-o", out,
                         "--flavor", flavor, "--json"])
         assert code == 0
