@@ -60,7 +60,8 @@ def slurm_ntasks(args, alloc: SlurmAllocation | None) -> tuple[int | None, str]:
 def slurm_machine(args, machine: Callable, hosts: HostSpec, alloc: SlurmAllocation | None):
     """``--hierarchy`` if given; else the allocation itself (cpus:nodes, node level 1)."""
     from_env = alloc is not None and hosts.names == alloc.hosts
-    if args.hierarchy or args.distance_matrix or not from_env or alloc.cpus_per_node is None:
+    if (args.hierarchy or args.distance_matrix or getattr(args, "topology", None) or not from_env
+            or alloc.cpus_per_node is None):
         return machine(args)
     h = alloc.hierarchy(distances=args.distance)
     if args.node_level is None:

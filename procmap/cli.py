@@ -68,6 +68,8 @@ examples:
   procmap topology                 # this machine, or the Slurm job's nodes inside a job
   procmap topology --local --json  # this machine only, as JSON
   procmap topology --node-from-sysfs --tleaf   # Slurm nodes split like this one, as tleaf
+  procmap topology --hwloc node.xml            # from lstopo --of xml: one PE per core
+  procmap map app.comm --topology node.xml -o app.map
   procmap map app.comm --hierarchy "$(procmap topology)" -o app.map
 """,
     "convert": """\
@@ -107,6 +109,12 @@ def _add_machine_args(p: argparse.ArgumentParser, required: bool = True) -> None
                    help="distance per level, leaf first (default 1:10:100:...)")
     g.add_argument("--distance-matrix", metavar="FILE",
                    help="explicit k x k distance matrix (text or .npy) instead of a hierarchy")
+    g.add_argument("--topology", metavar="FILE.xml",
+                   help="hwloc XML export (lstopo --of xml, v1 or v2) instead of a hierarchy: "
+                        "one PE per core, levels cores:L3/NUMA:packages:... (see procmap "
+                        "topology --hwloc); offline and disallowed CPUs get no slots")
+    g.add_argument("--hwloc-pus", action="store_true",
+                   help="with --topology: one PE per hardware thread (PU) instead of per core")
     # --slots is checked by _machine, not by argparse (type=int would also take
     # "4_0" and fullwidth digits, and its errors print the usage, not one line).
     g.add_argument("--slots", default=None, metavar="N",
@@ -124,21 +132,32 @@ def _parse_slots(value: str | int | None) -> int:
 
 
 def _machine(args):
-    """The machine of ``--hierarchy``/``--distance``/``--distance-matrix`` with
-    ``--slots`` slots on every PE. Every size is checked (``procmap.limits``) before
+    """The machine of ``--hierarchy``/``--distance``/``--distance-matrix``/``--topology``
+    with ``--slots`` slots on every PE (on every usable PE of an hwloc ``--topology``). Every size is checked (``procmap.limits``) before
     a per-PE array exists; bad input raises a :class:`ProcmapError`."""
     import numpy as np
 
     from .topology import DistanceMatrix, Hierarchy, from_tleaf
 
     slots = _parse_slots(args.slots)
+    hwloc = getattr(args, "topology", None)
+    if hwloc:
+        if args.hierarchy or args.distance_matrix:
+            raise ProcmapError("give one of --hierarchy, --distance-matrix and --topology")
+        from .topology import read_hwloc
+
+        h = read_hwloc(hwloc, pus=args.hwloc_pus, distances=args.distance).hierarchy
+        # PEs the file shows offline or disallowed keep capacity 0.
+        return h.with_capacities(h.capacities * slots)
+    if getattr(args, "hwloc_pus", False):
+        raise ProcmapError("--hwloc-pus needs --topology FILE.xml")
     if args.distance_matrix:
         if args.hierarchy:
             raise ProcmapError("give either --hierarchy or --distance-matrix, not both")
         dm = DistanceMatrix.from_file(args.distance_matrix)
         return dm.with_capacities(np.full(dm.k, slots, dtype=np.int64))
     if not args.hierarchy:
-        raise ProcmapError("--hierarchy (or --distance-matrix) is required")
+        raise ProcmapError("--hierarchy (or --distance-matrix, or --topology) is required")
     if args.hierarchy.strip().startswith("tleaf"):
         if args.distance:
             raise ProcmapError("a tleaf string carries its distances; drop --distance")
@@ -360,7 +379,20 @@ def _cmd_topology(args) -> int:
 
     source = "sysfs"
     h = None
-    if not args.local:
+    extra = {}
+    if args.hwloc_pus and not args.hwloc:
+        raise ProcmapError("--hwloc-pus needs --hwloc FILE.xml")
+    if args.distance and not args.hwloc:
+        raise ProcmapError("--distance needs --hwloc FILE.xml (detected machines use 1:10:100:...)")
+    if args.hwloc:
+        from .topology import read_hwloc
+
+        found = read_hwloc(args.hwloc, pus=args.hwloc_pus, distances=args.distance)
+        h = found.hierarchy
+        extra = {"levels": list(found.level_names), "cpu_ids": found.cpu_ids.tolist()}
+        source = (f"hwloc XML v{found.version} {args.hwloc} (levels "
+                  f"{':'.join(found.level_names)}, one PE per {'PU' if found.pus else 'core'})")
+    elif not args.local:
         alloc = detect_slurm()
         if alloc is not None:
             node = detect_local(args.sysfs).hierarchy if args.node_from_sysfs else None
@@ -371,7 +403,8 @@ def _cmd_topology(args) -> int:
         source = f"sysfs under {args.sysfs}"
     if args.json:
         print(json.dumps({"hierarchy": str(h), "distance": h.distance_string(), "pes": h.k,
-                          "slots": h.total_slots, "source": source, "tleaf": to_tleaf(h)}))
+                          "slots": h.total_slots, "source": source, "tleaf": to_tleaf(h),
+                          **extra}))
     elif args.tleaf:
         print(to_tleaf(h))
     else:
@@ -623,6 +656,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-from-sysfs", action="store_true",
                    help="in a Slurm job, split each node by this machine's sysfs layout")
     p.add_argument("--sysfs", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
+    p.add_argument("--hwloc", metavar="FILE.xml",
+                   help="read the machine from an hwloc XML export (lstopo --of xml, v1 or v2) "
+                        "instead: one PE per core, levels cores, L3 or NUMA groups, packages, "
+                        "groups, machines (those of size 1 left out); offline and disallowed "
+                        "CPUs become PEs without slots")
+    p.add_argument("--hwloc-pus", action="store_true",
+                   help="with --hwloc: one PE per hardware thread (PU) instead of per core")
+    p.add_argument("--distance", "-d", metavar="D1:D2:..",
+                   help="with --hwloc: distance per level, leaf first (default 1:10:100:...)")
     p.add_argument("--tleaf", action="store_true", help="print a Scotch tleaf string instead")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     p.set_defaults(func=_cmd_topology)
