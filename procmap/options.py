@@ -34,7 +34,8 @@ BASELINES: tuple[str, ...] = ("block", "roundrobin", "random")
 MPICH_FLAVORS: tuple[str, ...] = ("mpich", "intel")
 
 #: Every graph format name ``procmap.formats.read_graph`` understands.
-GRAPH_FORMATS: tuple[str, ...] = ("comm", "metis", "mtx", "npy", "csv", "npz", "prof")
+GRAPH_FORMATS: tuple[str, ...] = ("comm", "metis", "mtx", "npy", "csv", "npz", "prof",
+                                  "pmg")
 
 #: The formats ``procmap.formats.write_graph`` can produce (``prof`` is read only).
-WRITABLE_FORMATS: tuple[str, ...] = ("comm", "metis", "mtx", "npy", "csv", "npz")
+WRITABLE_FORMATS: tuple[str, ...] = ("comm", "metis", "mtx", "npy", "csv", "npz", "pmg")

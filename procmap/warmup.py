@@ -81,7 +81,7 @@ def warmup(progress: Progress | None = None, *, gpu: bool = False) -> dict[str, 
         def formats() -> None:
             for graph, tag in ((placement, "int"), (CommGraph(placement.xadj, placement.adjncy,
                                placement.adjwgt * 0.25, placement.vwgt), "float")):
-                for ext in ("comm", "graph", "mtx", "csv", "npy", "npz"):
+                for ext in ("comm", "graph", "mtx", "csv", "npy", "npz", "pmg"):
                     if ext == "graph" and tag == "float":
                         continue  # METIS stores integer weights only
                     path = os.path.join(tmp, f"{tag}.{ext}")

@@ -537,7 +537,7 @@ def test_write_mapping_rejects_bad_ids(tmp_path):
 
 # ---------------------------------------------------------------------------- round trips
 EXTENSIONS = {"comm": ".comm", "metis": ".graph", "mtx": ".mtx", "npy": ".npy", "csv": ".csv",
-              "npz": ".npz"}
+              "npz": ".npz", "pmg": ".pmg"}
 
 
 @st.composite

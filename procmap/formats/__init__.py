@@ -11,6 +11,7 @@ npy       .npy                dense ``n x n`` array ``C``, row = sender (-> ``C 
 csv       .csv .mat           dense text rows (commas or whitespace), as ``npy``
 npz       .npz                ``scipy.sparse.save_npz`` matrix ``C`` (-> ``C + C^T``)
 prof      .prof, a directory  Open MPI monitoring output, bytes of E and I lines (read only)
+pmg       .pmg                procmap's binary CSR (header, checksum); the graph itself
 ========  ==================  =========================================================
 
 Every reader raises only :class:`~procmap.errors.ProcmapError` subclasses on
@@ -41,6 +42,7 @@ _EXTENSIONS = {
     ".csv": "csv", ".mat": "csv",
     ".npz": "npz",
     ".prof": "prof",
+    ".pmg": "pmg",
 }
 _ALIASES = {"graph": "metis", "matrixmarket": "mtx", "mm": "mtx", "mat": "csv", "dense": "csv"}
 
@@ -55,11 +57,14 @@ _FUNCTIONS = {
     "read_npz": ".npz", "write_npz": ".npz",
     "read_prof": ".prof", "read_prof_files": ".prof",
     "read_mapping": ".mapping", "write_mapping": ".mapping",
+    "read_pmg": ".pmg", "write_pmg": ".pmg",
 }
 _READERS = {"comm": "read_comm", "metis": "read_metis", "mtx": "read_mtx", "npy": "read_npy",
-            "csv": "read_dense_text", "npz": "read_npz", "prof": "read_prof"}
+            "csv": "read_dense_text", "npz": "read_npz", "prof": "read_prof",
+            "pmg": "read_pmg"}
 _WRITERS = {"comm": "write_comm", "metis": "write_metis", "mtx": "write_mtx",
-            "npy": "write_npy", "csv": "write_dense_text", "npz": "write_npz"}
+            "npy": "write_npy", "csv": "write_dense_text", "npz": "write_npz",
+            "pmg": "write_pmg"}
 
 
 def __getattr__(name: str) -> Any:
@@ -123,5 +128,5 @@ __all__ = [
     "write_graph", "read_mapping", "write_mapping", "read_prof_files",
     "read_comm", "write_comm", "read_metis", "write_metis", "read_mtx", "write_mtx",
     "read_npy", "write_npy", "read_dense_text", "write_dense_text", "read_npz", "write_npz",
-    "read_prof",
+    "read_prof", "read_pmg", "write_pmg",
 ]
