@@ -37,10 +37,13 @@ examples:
   procmap rankfile app.comm --hierarchy 4:8:6 --distance 1:10:100 --hosts 'node[01-06]'
   procmap machinefile app.comm -H 4:8:6 --hosts 'node[01-06]' --flavor intel
   procmap slurm app.comm -H 4:8:6 --cpu-bind -o hosts.$SLURM_JOB_ID   # inside a job
-  procmap map app.comm --hierarchy 4:8:6 --distance 1:10:100 -o app.map
   procmap eval app.comm --baseline block --hierarchy 4:8:6 --distance 1:10:100
+  procmap rankorder app.comm -H 4:8:6 --nodes 6 -o MPICH_RANK_ORDER   # HPE Cray MPICH
+  procmap map app.comm --hierarchy 4:8:6 --distance 1:10:100 -o app.map
+  procmap report app.comm --engine auto -H 4:8:6 -o report.html      # pictures
   procmap topology                 # hierarchy of this machine (or of the Slurm job)
-  procmap convert app.comm app.graph
+  procmap topology --hwloc node.xml                 # from lstopo --of xml
+  procmap convert app.comm app.pmg # binary: the fastest to read
   procmap warmup                   # compile every kernel once per installation
 
 every command has its own examples: procmap COMMAND --help
