@@ -11,7 +11,8 @@
 #SBATCH --nodes=6
 #SBATCH --ntasks=192
 #SBATCH --ntasks-per-node=32
-#SBATCH --exclusive            # map_cpu bindings need whole nodes (launcher notes 3.2)
+#SBATCH --exclusive            # map_cpu bindings need whole nodes (launcher notes 3.2);
+                               # procmap_bind.sh also copes with partial nodes
 #SBATCH --time=00:30:00
 
 set -euo pipefail
@@ -39,7 +40,10 @@ fi
 REPORT=$WORK/procmap.$SLURM_JOB_ID.json
 if procmap slurm "$COMM" --hierarchy "$HIERARCHY" --distance "$DISTANCE" \
         --cpu-bind --rank-map "$RANKS" -o "$HOSTS" --quiet --json > "$REPORT"; then
-    # One map_cpu list fits every node, or none does (then the TaskProlog binds).
+    # One map_cpu list fits every node, or none does: then the TaskProlog exports
+    # each task's core (PROCMAP_CPU) and the wrapper procmap_bind.sh binds the task
+    # before it execs the application (a TaskProlog cannot bind: Slurm sets the
+    # affinity before it runs, and 24.11 removed SLURM_PROLOG_CPU_MASK).
     MAP_CPU=$(python3 -c 'import json, sys
 cpus = json.load(open(sys.argv[1]))["common_cpu_list"]
 print(",".join(map(str, cpus)) if cpus else "")' "$REPORT")
@@ -49,10 +53,12 @@ print(",".join(map(str, cpus)) if cpus else "")' "$REPORT")
         SLURM_HOSTFILE=$HOSTS srun -n "$SLURM_NTASKS" --distribution=arbitrary \
             --cpu-bind=map_cpu:"$MAP_CPU" "$APP"
     else
-        TASKPROLOG=$(python3 -c 'from procmap.launcher_hooks.slurm import taskprolog_path
-print(taskprolog_path())')
+        HOOKS=$(python3 -c 'import os; from procmap.launcher_hooks import slurm
+print(os.path.dirname(slurm.taskprolog_path()))')
         SLURM_HOSTFILE=$HOSTS PROCMAP_RANK_MAP=$RANKS PROCMAP_BIND=1 \
-            srun -n "$SLURM_NTASKS" --distribution=arbitrary --task-prolog="$TASKPROLOG" "$APP"
+            srun -n "$SLURM_NTASKS" --distribution=arbitrary \
+            --task-prolog="$HOOKS/procmap_taskprolog.sh" --cpu-bind=none \
+            "$HOOKS/procmap_bind.sh" "$APP"
     fi
 else
     echo "procmap failed; running with Slurm's default placement" >&2

@@ -6,8 +6,11 @@
 # the text of its "print ..." lines to the task's output; its stderr goes nowhere,
 # so procmap's diagnostics are "print procmap_taskprolog: ..." lines. This one
 # keeps the site's own exports and appends procmap's:
-#   PROCMAP_RANK_MAP, PROCMAP_NEW_RANK, PROCMAP_CPU and, when the job asked for it
-#   with PROCMAP_BIND=1, SLURM_PROLOG_CPU_MASK (binds the task to procmap's core).
+#   PROCMAP_RANK_MAP, PROCMAP_NEW_RANK and PROCMAP_CPU (procmap's core for the task).
+# A TaskProlog binds nothing (Slurm sets the affinity before it runs, and 24.11
+# removed SLURM_PROLOG_CPU_MASK): to bind, the job launches through the shipped
+# wrapper, which binds the task to PROCMAP_CPU and execs the application:
+#   srun --distribution=arbitrary --cpu-bind=none /path/to/procmap_bind.sh ./app
 # procmap's part is active only when the job wrote a rank map, i.e. ran
 #   procmap slurm app.comm -H ... --rank-map "$SLURM_SUBMIT_DIR/procmap.$SLURM_JOB_ID.ranks"
 # (or exported PROCMAP_RANK_MAP) before its srun.

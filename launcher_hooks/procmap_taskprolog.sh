@@ -12,8 +12,14 @@
 #     export PROCMAP_RANK_MAP=<file>
 #     export PROCMAP_NEW_RANK=<rank of this task after reordering>
 #     export PROCMAP_CPU=<node-local core procmap chose>        (if the map has one)
-#     export SLURM_PROLOG_CPU_MASK=0x...    only with PROCMAP_BIND=1 and when the map
-#                                           puts this task on this host
+#     export PROCMAP_BIND=0     only with PROCMAP_BIND=1 when the map puts this task
+#                               on another host (the launch wrapper then binds nothing)
+#
+# It binds nothing itself: Slurm sets a task's affinity before the TaskProlog runs
+# (and 24.11 removed SLURM_PROLOG_CPU_MASK). The launch wrapper procmap_bind.sh,
+# shipped next to this script, binds the task to PROCMAP_CPU before it execs the
+# application:
+#     srun --task-prolog=.../procmap_taskprolog.sh --cpu-bind=none .../procmap_bind.sh ./app
 #
 # Rank map: PROCMAP_RANK_MAP, else $SLURM_SUBMIT_DIR/procmap.$SLURM_JOB_ID.ranks.
 # Lines starting with '#' and blank lines are skipped; data line i (from 0) belongs
@@ -25,18 +31,6 @@
 # output, where the user sees it (a TaskProlog's stderr goes nowhere). The exit
 # status is always 0. POSIX sh and awk only: it runs once per task, so it must
 # start fast (no Python).
-
-procmap_hexmask() {
-    # Hex CPU mask with only bit $1 set, for any CPU number (no 64-bit overflow).
-    digit=$((1 << ($1 % 4)))
-    zeros=$(($1 / 4))
-    mask=$digit
-    while [ "$zeros" -gt 0 ]; do
-        mask="${mask}0"
-        zeros=$((zeros - 1))
-    done
-    echo "0x$mask"
-}
 
 procmap_say() {
     # A diagnostic the user sees: slurmstepd prints what follows "print ".
@@ -92,9 +86,8 @@ procmap_taskprolog() {
         # The step was not launched with the map's host order (no SLURM_HOSTFILE?):
         # binding to another host's core would be wrong.
         procmap_say "rank $rank runs on $here, the map says $host; not binding"
-        return 0
+        echo "export PROCMAP_BIND=0"
     fi
-    echo "export SLURM_PROLOG_CPU_MASK=$(procmap_hexmask "$cpu")"
 }
 
 procmap_taskprolog || true

@@ -6,8 +6,10 @@ of ``$SLURM_HOSTFILE`` (launcher notes 3.1, verified), and ``SLURM_LOCALID`` cou
 the tasks of a host in rank order, so ``--cpu-bind=map_cpu:<list>`` -- one list for
 every node, indexed by ``SLURM_LOCALID`` (notes 3.2, verified) -- binds each task to
 its core when all nodes need the same list. When they do not, the TaskProlog shipped
-here (``procmap_taskprolog.sh``, see :func:`taskprolog_path`) can bind every task on
-its own from the *rank map* (:func:`rank_map_text`).
+here (``procmap_taskprolog.sh``, see :func:`taskprolog_path`) exports each task's core
+from the *rank map* (:func:`rank_map_text`) as ``PROCMAP_CPU``, and the launch wrapper
+``procmap_bind.sh`` (:func:`bind_wrapper_path`) binds the task to it before it execs
+the application (a TaskProlog cannot bind: Slurm sets affinity before it runs).
 
 Anything run from a prolog must exit 0 within its time budget (docs/design.md
 section 6): a failing Prolog drains the node. :func:`fallback_nodes` is the default
@@ -40,7 +42,8 @@ from .placement import common_list, cpu_lists, format_cpus
 __all__ = ["PROLOG_ENV", "hostfile_text", "write_hostfile", "rank_map_text", "write_rank_map",
            "srun_line", "per_node_cpu_lists", "common_cpu_list", "is_prolog_context", "fallback_nodes",
            "call_with_deadline", "run_with_deadline", "fork_is_safe", "process_age",
-           "MappingTimeout", "ChildFailed", "PROLOG_TIMEOUT", "taskprolog_path", "one_line"]
+           "MappingTimeout", "ChildFailed", "PROLOG_TIMEOUT", "taskprolog_path", "bind_wrapper_path",
+           "one_line"]
 
 
 T = TypeVar("T")
@@ -90,6 +93,11 @@ def taskprolog_path() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "procmap_taskprolog.sh")
 
 
+def bind_wrapper_path() -> str:
+    """Absolute path of the shipped launch wrapper that binds a task to ``PROCMAP_CPU``."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "procmap_bind.sh")
+
+
 # ----------------------------------------------------------------- binding
 def per_node_cpu_lists(hosts: Sequence[str], node_of_rank: np.ndarray,
                        cores: np.ndarray) -> list[tuple[str, list[int]]]:
@@ -98,13 +106,19 @@ def per_node_cpu_lists(hosts: Sequence[str], node_of_rank: np.ndarray,
 
 
 def srun_line(n: int, cpus: Sequence[int] | None = None, app: str = "./app",
-              task_prolog: str | None = None) -> str:
-    """``srun -n N --distribution=arbitrary [--cpu-bind=map_cpu:L] [--task-prolog=P] APP``."""
+              task_prolog: str | None = None, wrapper: str | None = None) -> str:
+    """``srun -n N --distribution=arbitrary [--cpu-bind=map_cpu:L] [--task-prolog=P] APP``.
+
+    With ``wrapper`` (see :func:`bind_wrapper_path`): ``... --cpu-bind=none WRAPPER APP``,
+    Slurm binds nothing and the wrapper binds each task itself.
+    """
     words = ["srun", "-n", str(n), "--distribution=arbitrary"]
     if cpus is not None:
         words.append(f"--cpu-bind=map_cpu:{format_cpus(cpus)}")
     if task_prolog is not None:
         words.append(f"--task-prolog={task_prolog}")
+    if wrapper is not None:
+        words += ["--cpu-bind=none", wrapper]
     return shlex.join(words) + f" {app}"
 
 

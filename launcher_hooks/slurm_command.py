@@ -85,17 +85,23 @@ def slurm_outputs(args, placed_node: np.ndarray, placed_core: np.ndarray,
         exports = (f"export SLURM_HOSTFILE={hostfile} PROCMAP_RANK_MAP={os.path.abspath(rank_map)} "
                    "PROCMAP_BIND=1")
         commands.append(("", exports))
-        commands.append(("", slurm.srun_line(n, None, args.app, slurm.taskprolog_path())))
+        commands.append(("", slurm.srun_line(n, None, args.app, slurm.taskprolog_path(),
+                                             slurm.bind_wrapper_path())))
         notes.append("the nodes need different map_cpu lists, but srun applies one list "
-                     "to every node: the TaskProlog binds each task from the rank map instead "
-                     "(SLURM_PROLOG_CPU_MASK, per the Slurm docs)")
+                     "to every node: the TaskProlog exports each task's core from the rank map "
+                     "(PROCMAP_CPU) and procmap_bind.sh binds the task to it before it execs "
+                     "the application (works on Slurm 22.05 to 24.x)")
     else:
         commands.append(("", f"export SLURM_HOSTFILE={hostfile}"))
         commands.append(("", slurm.srun_line(n, common if args.cpu_bind else None, args.app)))
         if rank_map is not None:
             notes.append(f"for in-application use, export PROCMAP_RANK_MAP={os.path.abspath(rank_map)} "
                          f"and add --task-prolog={slurm.taskprolog_path()}")
-    if args.cpu_bind:
+    if args.cpu_bind and common is None:
+        notes.append("on a partial node procmap_bind.sh binds core c to the c-th CPU the step "
+                     "owns there; a task it cannot bind runs unbound after one "
+                     "'procmap_bind: ...' line on stderr")
+    elif args.cpu_bind:
         notes.append("map_cpu bindings are honoured only when the step has every CPU of its nodes "
                      "(whole nodes, e.g. sbatch --exclusive); check with --cpu-bind=verbose")
     notes.append("export SLURM_HOSTFILE only around this srun: at submission it clashes with "

@@ -466,7 +466,9 @@ def test_slurm_different_lists_use_the_taskprolog(tmp_path, small_graph, capsys,
     rank_map = tmp_path / "hosts.ranks"
     assert f"PROCMAP_RANK_MAP={rank_map} PROCMAP_BIND=1" in text
     srun = [line for line in text.splitlines() if line.startswith("  srun")]
-    assert srun == [f"  srun -n 12 --distribution=arbitrary --task-prolog={slurm.taskprolog_path()} ./app"]
+    assert srun == [f"  srun -n 12 --distribution=arbitrary --task-prolog={slurm.taskprolog_path()} "
+                    f"--cpu-bind=none {slurm.bind_wrapper_path()} ./app"]
+    assert "SLURM_PROLOG_CPU_MASK" not in text and "procmap_bind.sh binds" in text
     assert "  n1: 0,2,1,3" in text and "  n2: 0,1,2,3" in text
     lines = [line.split() for line in rank_map.read_text().splitlines() if not line.startswith("#")]
     assert lines[:5] == [["0", "n1", "0"], ["1", "n1", "2"], ["2", "n1", "1"], ["3", "n1", "3"],
@@ -552,15 +554,21 @@ def test_taskprolog_exports(tmp_path):
     assert done.returncode == 0 and done.stderr == ""
     assert done.stdout.splitlines() == [f"export PROCMAP_RANK_MAP={rank_map}",
                                         "export PROCMAP_NEW_RANK=1", "export PROCMAP_CPU=2"]
+    # The TaskProlog binds nothing (Slurm set the affinity before it ran): it exports
+    # PROCMAP_CPU for procmap_bind.sh, also with PROCMAP_BIND=1.
     bound = _taskprolog({"PROCMAP_RANK_MAP": str(rank_map), "SLURM_PROCID": "2",
                          "PROCMAP_BIND": "1", "SLURMD_NODENAME": "b"})
-    assert bound.stdout.splitlines()[-1] == "export SLURM_PROLOG_CPU_MASK=0x10000000000"
+    assert bound.returncode == 0 and bound.stderr == ""
+    assert bound.stdout.splitlines() == [f"export PROCMAP_RANK_MAP={rank_map}",
+                                         "export PROCMAP_NEW_RANK=2", "export PROCMAP_CPU=40"]
     elsewhere = _taskprolog({"PROCMAP_RANK_MAP": str(rank_map), "SLURM_PROCID": "2",
                              "PROCMAP_BIND": "1", "SLURMD_NODENAME": "a"})
     assert "SLURM_PROLOG_CPU_MASK" not in elsewhere.stdout and elsewhere.stderr == ""
-    # Diagnostics are "print " lines: slurmstepd shows them in the task's output.
-    assert elsewhere.stdout.splitlines()[-1].startswith("print procmap_taskprolog: ")
+    # Diagnostics are "print " lines: slurmstepd shows them in the task's output; the
+    # wrapper is told not to bind a task that runs on another host than the map's.
+    assert elsewhere.stdout.splitlines()[-2].startswith("print procmap_taskprolog: ")
     assert "not binding" in elsewhere.stdout
+    assert elsewhere.stdout.splitlines()[-1] == "export PROCMAP_BIND=0"
 
 
 def test_taskprolog_default_map_location(tmp_path):
