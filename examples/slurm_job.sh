@@ -11,7 +11,7 @@
 #SBATCH --nodes=6
 #SBATCH --ntasks=192
 #SBATCH --ntasks-per-node=32
-#SBATCH --exclusive            # map_cpu bindings need whole nodes (launcher notes 3.2);
+#SBATCH --exclusive            # map_cpu bindings need whole nodes;
                                # procmap_bind.sh also copes with partial nodes
 #SBATCH --time=00:30:00
 
@@ -48,7 +48,7 @@ if procmap slurm "$COMM" --hierarchy "$HIERARCHY" --distance "$DISTANCE" \
 cpus = json.load(open(sys.argv[1]))["common_cpu_list"]
 print(",".join(map(str, cpus)) if cpus else "")' "$REPORT")
     # 3. Run. SLURM_HOSTFILE is set for this srun only: exported at submission
-    #    it would clash with --nodes (launcher notes 3.1).
+    #    it would clash with --nodes.
     if [ -n "$MAP_CPU" ]; then
         SLURM_HOSTFILE=$HOSTS srun -n "$SLURM_NTASKS" --distribution=arbitrary \
             --cpu-bind=map_cpu:"$MAP_CPU" "$APP"

@@ -2,7 +2,7 @@
 # Example site TaskProlog for procmap (slurm.conf:  TaskProlog=/etc/slurm/taskprolog.sh).
 #
 # slurmstepd runs the TaskProlog before every task, with the task's environment,
-# applies the "export NAME=value" lines it prints (launcher notes 3.4) and writes
+# applies the "export NAME=value" lines it prints and writes
 # the text of its "print ..." lines to the task's output; its stderr goes nowhere,
 # so procmap's diagnostics are "print procmap_taskprolog: ..." lines. This one
 # keeps the site's own exports and appends procmap's:

@@ -1,11 +1,11 @@
 """MPICH (Hydra) and Intel MPI machinefiles, CPU lists and launch lines.
 
 A machinefile lists ``host:count`` runs in rank order: the first ``count`` ranks on
-``host``, the next run on the next line (launcher notes 2.1). Consecutive ranks on
+``host``, the next run on the next line. Consecutive ranks on
 one host are merged into one run.
 
 The two launchers differ where the rank order *interleaves* hosts (a host
-re-appears after another one, notes 2.1/2.2, verified):
+re-appears after another one; verified):
 
 * MPICH's Hydra starts one proxy per contiguous block and treats every block as a
   separate node: no shared-memory transport between blocks of the same host, and

@@ -1,11 +1,11 @@
 """Open MPI rankfiles and the launch line that matches the installed version.
 
 Rankfile lines use the flat form ``rank N=<host> slot=<node-local core>`` for every
-rank (launcher notes 1.4/1.5): the ``socket:core`` form was mis-bound by PRRTE
+rank: the ``socket:core`` form was mis-bound by PRRTE
 (openpmix/prrte#772), a missing rank is an error (``missing-rank``), and ``slot=pN``
 (physical ids) was silently bound to core 0 by 4.1.4.
 
-The option that reads a rankfile changed between versions (notes 1.2): Open MPI 4
+The option that reads a rankfile changed between versions: Open MPI 4
 (ORTE) takes ``--rankfile F`` and rejects ``--map-by rankfile:file=F``; Open MPI 5
 (PRRTE) takes ``--map-by rankfile:file=F`` and only warns about ``--rankfile``.
 :func:`detect_openmpi` runs ``mpirun --version`` to pick the right one; Open MPI 4

@@ -12,7 +12,7 @@ needs the same three things, computed here once:
 * per rank ``(host, node-local core)`` with ``node = pe // pes_per_node`` and
   ``core = pe % pes_per_node`` (the PE numbering of docs/design.md section 2), and the
   CPU lists indexed by node-local rank that Slurm ``map_cpu:``, Hydra
-  ``-bind-to user:`` and ``I_MPI_PIN_PROCESSOR_LIST`` all take (launcher notes 8.4).
+  ``-bind-to user:`` and ``I_MPI_PIN_PROCESSOR_LIST`` all take.
 
 Core numbers are the node-local PE numbers, i.e. logical cores in the order of the
 hierarchy (hwloc logical order when the hierarchy was read from the machine). If the
@@ -301,7 +301,7 @@ def check_one_rank_per_core(hierarchy: Hierarchy) -> None:
     """Refuse capacities above 1: a launcher file would then oversubscribe cores.
 
     Two ranks bound to one core is oversubscription, and Open MPI 5 silently drops
-    *every* binding of an oversubscribed job (launcher notes 1.4).
+    *every* binding of an oversubscribed job.
     """
     caps = np.asarray(hierarchy.capacities)
     if caps.size and int(caps.max()) > 1:

@@ -7,8 +7,8 @@
 # or site-wide with TaskProlog= in slurm.conf (see examples/slurm_taskprolog.sh).
 #
 # slurmstepd runs it before every task with the task's environment and reads its
-# standard output: each "export NAME=value" line sets NAME in the task (launcher
-# notes 3.4). It prints, when a rank map is found:
+# standard output: each "export NAME=value" line sets NAME in the task, and each
+# "print TEXT" line goes to the task's output. It prints, when a rank map is found:
 #     export PROCMAP_RANK_MAP=<file>
 #     export PROCMAP_NEW_RANK=<rank of this task after reordering>
 #     export PROCMAP_CPU=<node-local core procmap chose>        (if the map has one)

@@ -2,9 +2,9 @@
 the rank map read by the TaskProlog, and what a prolog may do when things go wrong.
 
 ``srun --distribution=arbitrary`` places task ``r`` on the host named by line ``r``
-of ``$SLURM_HOSTFILE`` (launcher notes 3.1, verified), and ``SLURM_LOCALID`` counts
+of ``$SLURM_HOSTFILE`` (verified), and ``SLURM_LOCALID`` counts
 the tasks of a host in rank order, so ``--cpu-bind=map_cpu:<list>`` -- one list for
-every node, indexed by ``SLURM_LOCALID`` (notes 3.2, verified) -- binds each task to
+every node, indexed by ``SLURM_LOCALID`` (verified) -- binds each task to
 its core when all nodes need the same list. When they do not, the TaskProlog shipped
 here (``procmap_taskprolog.sh``, see :func:`taskprolog_path`) exports each task's core
 from the *rank map* (:func:`rank_map_text`) as ``PROCMAP_CPU``, and the launch wrapper

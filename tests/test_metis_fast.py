@@ -1,0 +1,138 @@
+"""The direct METIS reader (CSR built from the bytes) against the general path.
+
+``read_metis`` tries :func:`procmap.formats.metis._read_direct` first and falls back
+to :func:`_read_general` (tokenizer + COO + ``CommGraph.from_edges``); both must give
+the same graph on every valid file, and the direct path must accept (not fall back
+on) the plain files it is meant for.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from procmap.errors import FormatError
+from procmap.formats import metis
+from procmap.formats.metis import _read_direct, _read_general, read_metis
+
+
+def _random_file(rng, n, fmt, *, comments=False, loops=False, shuffle=False,
+                 zero_weights=False) -> bytes:
+    """A valid METIS file of a random symmetric graph in format ``fmt``."""
+    has_size, has_vwgt, has_ewgt = fmt // 100, (fmt // 10) % 10, fmt % 10
+    rows: list[dict[int, int]] = [dict() for _ in range(n)]
+    for _ in range(3 * n):
+        u, v = (int(x) for x in rng.integers(0, n, size=2))
+        if u == v:
+            continue
+        w = int(rng.integers(0 if zero_weights else 1, 1000)) if has_ewgt else 1
+        rows[u][v] = w
+        rows[v][u] = w
+    nloops = 0
+    if loops:
+        for u in rng.choice(n, size=max(1, n // 5), replace=False).tolist():
+            rows[u][u] = int(rng.integers(1, 9)) if has_ewgt else 1
+            nloops += 1
+    m = sum(len(r) for r in rows) - nloops
+    assert m % 2 == 0
+    out = []
+    if comments:
+        out.append("% a comment\n%another\n")
+    out.append(f"{n} {m // 2 + (nloops if loops and rng.random() < 0.5 else 0)} {fmt:03d}\n")
+    for u in range(n):
+        if comments and rng.random() < 0.1:
+            out.append("   % comment between vertex lines\n")
+        items = sorted(rows[u].items())
+        if shuffle:
+            rng.shuffle(items)
+        tokens = []
+        if has_size:
+            tokens.append(str(int(rng.integers(0, 50))))
+        if has_vwgt:
+            tokens.append(str(int(rng.integers(0, 50))))
+        for v, w in items:
+            tokens.append(str(v + 1))
+            if has_ewgt:
+                tokens.append(str(w))
+        line = " ".join(tokens)
+        if comments and tokens and rng.random() < 0.1:  # (on a blank line: a comment line)
+            line += "  % trailing comment"
+        out.append(line + "\n")
+    return "".join(out).encode()
+
+
+def _same(a, b) -> bool:
+    return (np.array_equal(a.xadj, b.xadj) and np.array_equal(a.adjncy, b.adjncy)
+            and np.array_equal(a.adjwgt, b.adjwgt) and a.adjwgt.dtype == b.adjwgt.dtype
+            and a.adjncy.dtype == b.adjncy.dtype and np.array_equal(a.vwgt, b.vwgt))
+
+
+@pytest.mark.parametrize("fmt", [0, 1, 10, 11, 100, 101, 110, 111])
+@pytest.mark.parametrize("variant", ["plain", "comments", "loops", "unsorted", "all"])
+def test_direct_matches_general(fmt, variant):
+    rng = np.random.default_rng(fmt * 7 + len(variant))
+    for n in (1, 2, 7, 60, 5000):  # 5000 rows: more than one parallel block
+        data = _random_file(rng, n, fmt, comments=variant in ("comments", "all"),
+                            loops=variant in ("loops", "all"),
+                            shuffle=variant in ("unsorted", "all"))
+        fast = _read_direct(data, "x.graph")
+        assert fast is not None, (fmt, variant, n)
+        assert _same(fast, _read_general(data, "x.graph"))
+
+
+def test_isolated_vertices_blank_lines_and_no_final_newline(tmp_path):
+    data = b"%c\n\n4 1\n2\n1\n\n   \n\n\n"  # blank lines before the header and after n
+    g = _read_direct(data, "x")
+    assert g is not None and _same(g, _read_general(data, "x"))
+    assert g.degrees().tolist() == [1, 1, 0, 0]
+    data = b"2 1 1\n2 5\n1 5"
+    g = _read_direct(data, "x")
+    assert g is not None and _same(g, _read_general(data, "x"))
+
+
+@pytest.mark.parametrize("data", [
+    b"2 1\n2.0\n1\n",              # float spelling of an integer: accepted by the general path
+    b"2 1\n+2\n1\n",               # signed
+    b"2 1 1\n2 0\n1 0\n",          # zero weights: dropped by the general path
+    b"2 1 1\n2 0000000000000000000007\n1 7\n",  # more than 18 digits
+])
+def test_rare_spellings_fall_back(data, tmp_path):
+    assert _read_direct(data, "x") is None
+    path = tmp_path / "g.graph"
+    path.write_bytes(data)
+    assert _same(read_metis(path), _read_general(data, path))
+
+
+@pytest.mark.parametrize("data", [
+    b"2 1\n2\n\n",                 # asymmetric
+    b"2 1\n2 2\n1 1\n",            # duplicates
+    b"3 1\n2\n1\n",                # too few lines
+    b"2 1\n2\n1\n3\n",             # too many lines
+    b"2 5\n2\n1\n",                # wrong m
+    b"2 1 1\n2 3\n1 4\n",          # asymmetric weights
+    b"2 1 1\n2\n1 4\n",            # wrong count
+    b"2 1\n3\n1\n",                # id out of range
+    b"2 1\nx\n1\n",                # garbage
+    b"2 1 1\n2 99999999999999999999\n1 4\n",  # overflow
+    b"0 0\n",
+    b"2 1 3\n2\n1\n",              # bad fmt
+])
+def test_errors_come_from_general_path(data, tmp_path):
+    assert _read_direct(data, "x") is None
+    path = tmp_path / "g.graph"
+    path.write_bytes(data)
+    with pytest.raises(FormatError) as fast:
+        read_metis(path)
+    with pytest.raises(FormatError) as general:
+        _read_general(data, path)
+    assert str(fast.value) == str(general.value)
+
+
+def test_written_file_reads_back(tmp_path):
+    from procmap.generators import random_geometric_graph
+
+    graph = random_geometric_graph(3000)
+    path = tmp_path / "g.graph"
+    metis.write_metis(graph, path)
+    data = path.read_bytes()
+    fast = _read_direct(data, path)
+    assert fast is not None and _same(fast, graph)
