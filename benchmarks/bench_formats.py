@@ -1,5 +1,6 @@
-"""Benchmark: load time of one graph in the binary ``.pmg``, scipy ``.npz`` and METIS
-``.graph`` formats (issue 21: ``.pmg`` should load at >= 1 GB/s on two cores).
+"""Benchmark: load time of one graph in the binary ``.pmg``, scipy ``.npz``, METIS
+``.graph`` and edge-list ``.comm`` formats (issue 21: ``.pmg`` should load at >= 1 GB/s on
+two cores).
 
 For each generated graph the three files are written once under ``--dir``; then each
 format is read in a fresh subprocess: one warm-up read (compiles or loads the Numba
@@ -49,7 +50,7 @@ def main() -> None:
                     help="log2 of the number of tasks of the random geometric graphs")
     ap.add_argument("--dir", default="/tmp")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--formats", nargs="+", default=["pmg", "npz", "graph"])
+    ap.add_argument("--formats", nargs="+", default=["pmg", "npz", "graph", "comm"])
     args = ap.parse_args()
 
     from procmap.formats import write_graph

@@ -37,7 +37,7 @@ import numpy as np
 
 from procmap.errors import FormatError, InputError
 from procmap.graph import CommGraph
-from procmap.limits import MAX_TASKS, check_declared_tasks
+from procmap.limits import INT64_MAX, MAX_TASKS, check_declared_tasks, exact_sum
 
 from .atomic import as_format_error, atomic_write, read_bytes
 from .tokenizer import show_number, tokenize
@@ -149,9 +149,99 @@ def read_comm(path: str | os.PathLike) -> CommGraph:
     without exactly three numbers, a non-integer or negative rank, a rank not
     below ``# tasks: N``, a negative, NaN or infinite volume, and a file with no
     entries (and no ``# tasks:`` line), or zero tasks.
+
+    A file whose entry lines are all plain ``int int int`` (digits only, at most
+    18 each) is read straight into CSR arrays (:func:`_read_direct`); any other
+    file (float volumes, ``1e3``, an error) is read again by the general tokenizer
+    path (:func:`_read_general`), which words every error with its line.
     """
     data = read_bytes(path)
     tasks, tasks_line = _tasks_directive(data, path)
+    graph = _read_direct(data, tasks, path)
+    if graph is not None:
+        return graph
+    return _read_general(data, tasks, tasks_line, path)
+
+
+def _read_direct(data: bytes, tasks: int | None, path) -> CommGraph | None:
+    """The fast path of :func:`read_comm` (:mod:`procmap.kernels.comm_cpu`): a parallel
+    parse of line-aligned chunks into ``src``/``dst`` (int32) and volumes (int64),
+    then the symmetric CSR built directly (degree count of both directions, prefix
+    sum, fill, per-row sort and merge of duplicates).
+
+    Returns ``None`` whenever the file is not valid in the plain spelling, or a
+    check would fail (the task count, the total weight): the caller then re-reads
+    it with the general path, which raises the error. Peak memory: the file, 16
+    bytes per entry line and 12 bytes per directed CSR entry, plus 16 per task.
+    """
+    from procmap.kernels import comm_cpu as kc
+
+    buf = np.frombuffer(data, dtype=np.uint8)
+    comment = ord("#")
+    nchunks = max(1, min(buf.size >> 16, 8 * nb.get_num_threads()))
+    starts = kc.chunk_starts(buf, nchunks)
+    counts = kc.count_entries(buf, comment, starts)
+    offsets = np.zeros(nchunks + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    entries = int(offsets[-1])
+    if entries == 0:
+        return None
+    limit = MAX_TASKS if tasks is None else tasks
+    src = np.empty(entries, dtype=np.int32)
+    dst = np.empty(entries, dtype=np.int32)
+    volume = np.empty(entries, dtype=np.int64)
+    ok, top, bottom, heaviest, loops = kc.parse_entries(buf, comment, starts, offsets, limit, src,
+                                                        dst, volume)
+    if not ok:
+        return None
+    implied = int(top) + 1
+    try:  # before anything of n entries exists; the general path words the error
+        check_declared_tasks(implied, min(implied, 2 * entries), "", path)
+        if tasks is not None:
+            check_declared_tasks(tasks, min(implied, 2 * entries), "", path)
+    except InputError:
+        return None
+    n = implied if tasks is None else tasks
+    # The total that CommGraph.from_edges checks: volumes without self loops, x 2.
+    if int(heaviest) * (entries - int(loops)) > 2**61:
+        kept = volume if not loops else np.where(src != dst, volume, 0)
+        if 2 * exact_sum(kept) > INT64_MAX:
+            return None
+        del kept
+    if tasks is None and int(bottom) == 1 and kc.all_ranks_from_one(src, dst, implied - 1):
+        _one_based_warning(implied - 1, path, stacklevel=4)
+
+    nparts = max(1, min(nb.get_num_threads(), n))
+    bounds = np.linspace(0, n, nparts + 1).astype(np.int64)
+    position = np.zeros(n, dtype=np.int64)
+    kc.count_degrees(src, dst, volume, bounds, position)
+    xadj = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(position, out=xadj[1:])
+    nnz = int(xadj[-1])
+    position[:] = xadj[:-1]
+    if nparts > 1:  # rows split by their entries, for the fill
+        bounds = np.searchsorted(xadj, np.linspace(0, nnz, nparts + 1)).astype(np.int64)
+        bounds[0], bounds[-1] = 0, n
+        bounds = np.maximum.accumulate(np.minimum(bounds, n))
+    adjncy = np.empty(nnz, dtype=np.int32)
+    adjwgt = np.empty(nnz, dtype=np.int64)
+    kc.fill_both(src, dst, volume, bounds, position, adjncy, adjwgt)
+    del src, dst, volume
+    length = position  # reused: the merged length of every row
+    kept_entries = int(kc.merge_rows(xadj, adjncy, adjwgt, length))
+    if kept_entries != nnz:
+        kc.compact_rows(xadj, adjncy, adjwgt, length)
+        adjncy.resize(kept_entries, refcheck=False)
+        adjwgt.resize(kept_entries, refcheck=False)
+    del length, position
+    return CommGraph(xadj, adjncy, adjwgt, np.ones(n, dtype=np.int64))
+
+
+def _read_general(data: bytes, tasks: int | None, tasks_line: int | None, path) -> CommGraph:
+    """The general path of :func:`read_comm`: tokenize the whole file, check every
+    entry and build with :meth:`CommGraph.from_edges`. Accepts every spelling the
+    format allows (float volumes, exponents, 19-digit integers) and names the line
+    of any error."""
     tokens = tokenize(data, path, comment="#")
     counts = tokens.counts()
     wrong = np.flatnonzero(counts != 3)
@@ -196,10 +286,15 @@ def _warn_if_one_based(src: np.ndarray, dst: np.ndarray, path) -> None:
     seen[src] = True
     seen[dst] = True
     if seen[1:].all():
-        warnings.warn(f"{os.fspath(path)}: the ranks run 1..{top:,} and no entry mentions rank "
-                      "0: the file looks 1-based, but .comm ranks are 0-based, so rank 0 never "
-                      f"communicates and {top + 1:,} tasks are mapped (renumber from 0, or add "
-                      "'# tasks: N' to keep it as it is)", stacklevel=3)
+        _one_based_warning(top, path, stacklevel=5)
+
+
+def _one_based_warning(top: int, path, stacklevel: int) -> None:
+    """The warning of :func:`_warn_if_one_based`; ``stacklevel`` points at read_comm's caller."""
+    warnings.warn(f"{os.fspath(path)}: the ranks run 1..{top:,} and no entry mentions rank "
+                  "0: the file looks 1-based, but .comm ranks are 0-based, so rank 0 never "
+                  f"communicates and {top + 1:,} tasks are mapped (renumber from 0, or add "
+                  "'# tasks: N' to keep it as it is)", stacklevel=stacklevel)
 
 
 def _check_task_count(src: np.ndarray, dst: np.ndarray, tasks: int | None,

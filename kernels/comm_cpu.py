@@ -1,0 +1,325 @@
+"""Numba passes of the direct ``.comm`` reader (``procmap.formats.comm``).
+
+A ``.comm`` file is a list of directed ``src dst volume`` entries that the graph
+holds as ``C + C^T``. The direct reader never builds COO matrices:
+
+1. :func:`chunk_starts` cuts the bytes into line-aligned chunks;
+2. :func:`count_entries` (parallel over chunks) counts the entry lines of each
+   chunk (comment and blank lines skipped exactly as
+   :func:`procmap.formats.tokenizer.tokenize` skips them), which gives each chunk
+   its output offset;
+3. :func:`parse_entries` (parallel over chunks) parses every entry line into
+   ``src``/``dst`` (int32) and ``volume`` (int64), with the statistics the reader
+   checks (largest and smallest rank, largest volume, self loops);
+4. :func:`count_degrees` and :func:`fill_both` (parallel over ranges of rows: each
+   thread reads every entry and writes only its own rows, so no atomics) place
+   both directions of every kept entry (no self loop, volume > 0) into CSR rows;
+5. :func:`merge_rows` (parallel over rows) sorts each row by neighbour and sums
+   duplicates; :func:`compact_rows` closes the gaps they leave.
+
+Only the plain case is accepted: every entry line holds exactly three tokens of
+1 to 18 decimal digits (no sign, fraction or exponent: no overflow possible),
+ranks below ``limit``. Anything else makes :func:`parse_entries` report the chunk
+as irregular, and the reader re-reads the file with the general tokenizer path,
+which accepts float volumes and words every error with its line.
+"""
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+#: Tokens with more digits go to the general path (18 digits always fit int64).
+MAX_DIGITS = 18
+#: Rows per block of :func:`merge_rows`.
+BLOCK_ROWS = 2048
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _is_space(c):
+    return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
+
+
+@nb.njit(cache=True, nogil=True)
+def chunk_starts(data, nchunks):
+    """``nchunks + 1`` byte offsets; chunk ``b`` is ``data[s[b]:s[b+1]]``, every
+    chunk starting at the beginning of a line (some chunks may be empty)."""
+    size = data.size
+    starts = np.empty(nchunks + 1, dtype=np.int64)
+    starts[0] = 0
+    for b in range(1, nchunks):
+        s = max(b * (size // nchunks), starts[b - 1])
+        while s < size and s > 0 and data[s - 1] != 10:
+            s += 1
+        starts[b] = s
+    starts[nchunks] = size
+    return starts
+
+
+@nb.njit(cache=True, nogil=True)
+def _count_chunk(data, comment, lo, hi):
+    count = 0
+    pos = lo
+    while pos < hi:
+        while pos < hi and data[pos] != 10 and _is_space(data[pos]):
+            pos += 1
+        if pos < hi and data[pos] != 10 and data[pos] != comment:
+            count += 1
+        while pos < hi and data[pos] != 10:
+            pos += 1
+        pos += 1
+    return count
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def count_entries(data, comment, starts):
+    """Entry lines (neither blank nor comment) of every chunk."""
+    nchunks = starts.size - 1
+    counts = np.zeros(nchunks, dtype=np.int64)
+    for b in nb.prange(nchunks):
+        counts[b] = _count_chunk(data, comment, starts[b], starts[b + 1])
+    return counts
+
+
+@nb.njit(cache=True, nogil=True, inline="always")
+def _next_int(data, pos, hi, comment):
+    """The next plain integer from ``pos`` (blanks skipped): ``(value, next pos)``;
+    value ``-1`` when the token is not 1..18 digits ended by a blank, newline,
+    ``comment`` or the end of the chunk."""
+    while pos < hi and _is_space(data[pos]):
+        pos += 1
+    value = 0
+    ndig = 0
+    while pos < hi:
+        c = data[pos]
+        if c < 48 or c > 57:
+            break
+        value = value * 10 + (c - 48)
+        ndig += 1
+        pos += 1
+    if ndig == 0 or ndig > MAX_DIGITS:
+        return -1, pos
+    if pos < hi:
+        c = data[pos]
+        if not (c == 10 or c == comment or _is_space(c)):
+            return -1, pos
+    return value, pos
+
+
+@nb.njit(cache=True, nogil=True)
+def _parse_chunk(data, comment, lo, hi, k, limit, src, dst, volume):
+    """Parse the entry lines of ``data[lo:hi]`` into entries ``k, k+1, ...``.
+
+    Returns ``(ok, largest rank, smallest rank, largest volume of a non-loop
+    entry, self loops)``.
+    """
+    top = -1
+    bottom = limit
+    heaviest = 0
+    loops = 0
+    pos = lo
+    while pos < hi:
+        while pos < hi and data[pos] != 10 and _is_space(data[pos]):
+            pos += 1
+        if pos >= hi or data[pos] == 10 or data[pos] == comment:
+            while pos < hi and data[pos] != 10:
+                pos += 1
+            pos += 1
+            continue
+        a, pos = _next_int(data, pos, hi, comment)
+        if a < 0 or a >= limit:
+            return False, top, bottom, heaviest, loops
+        b, pos = _next_int(data, pos, hi, comment)
+        if b < 0 or b >= limit:
+            return False, top, bottom, heaviest, loops
+        w, pos = _next_int(data, pos, hi, comment)
+        if w < 0:
+            return False, top, bottom, heaviest, loops
+        while pos < hi and _is_space(data[pos]):
+            pos += 1
+        if pos < hi and data[pos] != 10:
+            if data[pos] != comment:
+                return False, top, bottom, heaviest, loops
+            while pos < hi and data[pos] != 10:
+                pos += 1
+        pos += 1
+        src[k] = a
+        dst[k] = b
+        volume[k] = w
+        k += 1
+        if a > top:
+            top = a
+        if b > top:
+            top = b
+        if a < bottom:
+            bottom = a
+        if b < bottom:
+            bottom = b
+        if a == b:
+            loops += 1
+        elif w > heaviest:
+            heaviest = w
+    return True, top, bottom, heaviest, loops
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def parse_entries(data, comment, starts, offsets, limit, src, dst, volume):
+    """Parse every chunk into ``src``/``dst``/``volume`` from ``offsets[b]`` on.
+
+    Returns ``(ok, largest rank, smallest rank, largest non-loop volume, self
+    loops)``; ``ok`` is False when some line is not ``int int int`` in plain
+    digits with ranks below ``limit`` (the other values are then meaningless).
+    """
+    nchunks = starts.size - 1
+    ok = np.ones(nchunks, dtype=np.bool_)
+    top = np.full(nchunks, -1, dtype=np.int64)
+    bottom = np.full(nchunks, limit, dtype=np.int64)
+    heaviest = np.zeros(nchunks, dtype=np.int64)
+    loops = np.zeros(nchunks, dtype=np.int64)
+    for b in nb.prange(nchunks):
+        r, t, s, h, lp = _parse_chunk(data, comment, starts[b], starts[b + 1], offsets[b], limit,
+                                      src, dst, volume)
+        ok[b] = r
+        top[b] = t
+        bottom[b] = s
+        heaviest[b] = h
+        loops[b] = lp
+    return ok.all(), top.max(), bottom.min(), heaviest.max(), loops.sum()
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def count_degrees(src, dst, volume, bounds, degree):
+    """``degree[u]`` += entries (both directions, no self loop, volume > 0) at row ``u``.
+
+    Thread ``p`` owns rows ``bounds[p]..bounds[p+1]-1`` and reads every entry.
+    """
+    nparts = bounds.size - 1
+    count = src.size
+    for p in nb.prange(nparts):
+        lo = bounds[p]
+        hi = bounds[p + 1]
+        for e in range(count):
+            u = src[e]
+            v = dst[e]
+            if u == v or volume[e] == 0:
+                continue
+            if lo <= u and u < hi:
+                degree[u] += 1
+            if lo <= v and v < hi:
+                degree[v] += 1
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def fill_both(src, dst, volume, bounds, position, adjncy, adjwgt):
+    """Place both directions of every kept entry; ``position[u]`` starts at
+    ``xadj[u]`` and ends at ``xadj[u+1]``. Rows are split as in :func:`count_degrees`."""
+    nparts = bounds.size - 1
+    count = src.size
+    for p in nb.prange(nparts):
+        lo = bounds[p]
+        hi = bounds[p + 1]
+        for e in range(count):
+            u = src[e]
+            v = dst[e]
+            w = volume[e]
+            if u == v or w == 0:
+                continue
+            if lo <= u and u < hi:
+                i = position[u]
+                adjncy[i] = v
+                adjwgt[i] = w
+                position[u] = i + 1
+            if lo <= v and v < hi:
+                i = position[v]
+                adjncy[i] = u
+                adjwgt[i] = w
+                position[v] = i + 1
+
+
+@nb.njit(cache=True, nogil=True)
+def _merge_row(lo, hi, adjncy, adjwgt):
+    """Sort ``lo..hi-1`` by neighbour and sum duplicates; returns the new length."""
+    strict = True
+    for e in range(lo + 1, hi):
+        if adjncy[e] <= adjncy[e - 1]:
+            strict = False
+            break
+    if strict:
+        return hi - lo
+    if hi - lo <= 32:  # insertion sort
+        for e in range(lo + 1, hi):
+            v = adjncy[e]
+            w = adjwgt[e]
+            f = e - 1
+            while f >= lo and adjncy[f] > v:
+                adjncy[f + 1] = adjncy[f]
+                adjwgt[f + 1] = adjwgt[f]
+                f -= 1
+            adjncy[f + 1] = v
+            adjwgt[f + 1] = w
+    else:
+        order = np.argsort(adjncy[lo:hi], kind="mergesort")
+        ids = adjncy[lo:hi][order]
+        wts = adjwgt[lo:hi][order]
+        adjncy[lo:hi] = ids
+        adjwgt[lo:hi] = wts
+    out = lo
+    for e in range(lo + 1, hi):
+        if adjncy[e] == adjncy[out]:
+            adjwgt[out] += adjwgt[e]
+        else:
+            out += 1
+            adjncy[out] = adjncy[e]
+            adjwgt[out] = adjwgt[e]
+    return out + 1 - lo
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def merge_rows(xadj, adjncy, adjwgt, length):
+    """Sort every row and merge duplicate neighbours (weights summed): row ``u``
+    then holds ``length[u]`` entries from ``xadj[u]`` on. Returns the total."""
+    n = xadj.size - 1
+    blocks = (n + BLOCK_ROWS - 1) // BLOCK_ROWS
+    kept = np.zeros(blocks, dtype=np.int64)
+    for b in nb.prange(blocks):
+        lo = b * BLOCK_ROWS
+        hi = min(lo + BLOCK_ROWS, n)
+        total = 0
+        for u in range(lo, hi):
+            c = _merge_row(xadj[u], xadj[u + 1], adjncy, adjwgt)
+            length[u] = c
+            total += c
+        kept[b] = total
+    return kept.sum()
+
+
+@nb.njit(cache=True, nogil=True)
+def compact_rows(xadj, adjncy, adjwgt, length):
+    """Move row ``u`` (its first ``length[u]`` entries) down so rows are contiguous;
+    ``xadj`` is rewritten. Serial: the target never lies after the source."""
+    n = xadj.size - 1
+    out = 0
+    for u in range(n):
+        lo = xadj[u]
+        c = length[u]
+        if lo != out:
+            for k in range(c):
+                adjncy[out + k] = adjncy[lo + k]
+                adjwgt[out + k] = adjwgt[lo + k]
+        xadj[u] = out
+        out += c
+    xadj[n] = out
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def all_ranks_from_one(src, dst, top):
+    """True when the entries mention every rank ``1..top`` (the caller knows that
+    none mentions 0)."""
+    seen = np.zeros(top + 1, dtype=np.bool_)
+    for e in range(src.size):
+        seen[src[e]] = True
+        seen[dst[e]] = True
+    for r in range(1, top + 1):
+        if not seen[r]:
+            return False
+    return True
