@@ -164,8 +164,10 @@ def no_reading(monkeypatch):
     """Fail the test if any command reads its graph: the refusal must come first."""
     def boom(*args, **kwargs):
         raise AssertionError("the graph was read before the output was checked")
-    monkeypatch.setattr("procmap.formats.read_graph", boom)
+    # The pipeline first: it binds read_graph when first imported (the launcher
+    # commands import it lazily), and must not bind the patched one for good.
     monkeypatch.setattr("procmap.launcher_hooks.pipeline.read_graph", boom)
+    monkeypatch.setattr("procmap.formats.read_graph", boom)
     monkeypatch.delenv("PROCMAP_PROLOG", raising=False)
 
 

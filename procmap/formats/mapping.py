@@ -66,18 +66,40 @@ def write_mapping(pes, path: str | os.PathLike) -> None:
         handle.write(text)
 
 
+#: Largest PE id for which :func:`_id_lines` formats through a table of every id's
+#: text (built in a Python loop: at most this many entries, ~10 ms).
+_TABLE_MAX_ID = 1 << 16
+
+
 def _id_lines(ids: np.ndarray) -> bytes:
     """``ids`` (int64, >= 0) as decimal text, one per line, in vectorised NumPy.
 
     Not the Numba formatter of the graph writers: ``procmap map`` needs it nowhere
     else, so it would be compiled (or loaded from the cache) here, at the end of
     the run; a KeyboardInterrupt raised inside llvmlite's callbacks while it
-    compiles is lost or crashes the process. One pass per digit.
+    compiles is lost or crashes the process. It is also slower than the table
+    below (8.4M ids < 192: table 0.07 s, Numba 0.15 s, digit passes 0.34 s).
+
+    PE ids are small (ids < k): each id's line ``"<id>\n"`` is looked up in a
+    table of fixed-width, zero-padded byte strings, and the padding (the only zero
+    bytes: digits and newlines are not 0) is dropped. Larger ids (or fewer ids
+    than the table would hold) take one NumPy pass per digit instead.
     """
     if ids.size == 0:
         return b""
+    top = int(ids.max())
+    if top <= _TABLE_MAX_ID and top < ids.size:
+        width = len(str(top)) + 1
+        table = np.array([b"%d\n" % i for i in range(top + 1)], dtype=f"S{width}")
+        rows = table[ids].view(np.uint8)
+        return rows[rows != 0].tobytes()
+    return _digit_lines(ids, top)
+
+
+def _digit_lines(ids: np.ndarray, top: int) -> bytes:
+    """:func:`_id_lines` for any ids: one pass per digit."""
     widths = np.ones(ids.size, dtype=np.int64)
-    top, power = int(ids.max()), 10
+    power = 10
     while power <= top:
         widths += ids >= power
         power *= 10

@@ -1,0 +1,76 @@
+"""Benchmark: ``procmap map`` end to end, as a user runs it (issue 21: <= 1.5 s).
+
+Runs the command as a subprocess ``--repeat`` times and prints, per run, every
+phase of the JSON's ``seconds`` (imports, read, the mapping's phases, evaluate
+block, write) next to the wall time; ``other`` is what no phase accounts for:
+interpreter start-up before ``_cmd_map``, argument parsing, the report, and
+interpreter shutdown (Numba/llvmlite/SciPy/CuPy teardown).
+
+    python benchmarks/bench_end_to_end.py GRAPH [-H 4:8:6] [--device cpu] [--engine im]
+        [--repeat 3] [--out /tmp/bench_e2e.map]
+
+Example graph (2M tasks): python -c "from procmap.generators import grid_graph;
+from procmap.formats import write_graph; write_graph(grid_graph((2000,1000)), '/tmp/g2m.pmg')"
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+
+def run_once(cmd: list[str]) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode:
+        sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr}")
+    return wall, json.loads(done.stdout)["seconds"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("graph")
+    ap.add_argument("-H", "--hierarchy", default="4:8:6")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--engine", default="im")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default="/tmp/bench_e2e.map")
+    args = ap.parse_args()
+    cmd = [sys.executable, "-m", "procmap", "map", args.graph, "-H", args.hierarchy,
+           "--device", args.device, "--engine", args.engine, "-o", args.out, "--json", "-q"]
+    print("command:", " ".join(cmd[2:]))
+    runs = [run_once(cmd) for _ in range(args.repeat)]
+    phases: list[str] = []
+    for _, seconds in runs:
+        phases += [k for k in seconds if k not in phases]
+    rows = [p for p in phases if p != "total"] + ["total (mapping)", "other", "wall"]
+    print(f"{'phase':<18}" + "".join(f"{f'run {i + 1}':>10}" for i in range(len(runs)))
+          + f"{'min':>10}")
+    for row in rows:
+        values = []
+        for wall, seconds in runs:
+            if row == "wall":
+                values.append(wall)
+            elif row == "other":  # not in any phase: start-up, report, shutdown
+                values.append(wall - _accounted(seconds))
+            elif row == "total (mapping)":
+                values.append(seconds.get("total", float("nan")))
+            else:
+                values.append(seconds.get(row, float("nan")))
+        print(f"{row:<18}" + "".join(f"{v:10.3f}" for v in values) + f"{min(values):10.3f}")
+
+
+_OUTSIDE_TOTAL = ("imports", "read", "evaluate block", "write")
+
+
+def _accounted(seconds: dict) -> float:
+    """Seconds the JSON accounts for: the mapping's total plus the phases outside it."""
+    return seconds.get("total", 0.0) + sum(seconds.get(k, 0.0) for k in _OUTSIDE_TOTAL)
+
+
+if __name__ == "__main__":
+    main()
