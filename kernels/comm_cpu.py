@@ -28,15 +28,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-#: Tokens with more digits go to the general path (18 digits always fit int64).
-MAX_DIGITS = 18
+from .text_cpu import is_space, next_int
+
 #: Rows per block of :func:`merge_rows`.
 BLOCK_ROWS = 2048
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _is_space(c):
-    return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
 
 
 @nb.njit(cache=True, nogil=True)
@@ -60,7 +55,7 @@ def _count_chunk(data, comment, lo, hi):
     count = 0
     pos = lo
     while pos < hi:
-        while pos < hi and data[pos] != 10 and _is_space(data[pos]):
+        while pos < hi and data[pos] != 10 and is_space(data[pos]):
             pos += 1
         if pos < hi and data[pos] != 10 and data[pos] != comment:
             count += 1
@@ -80,31 +75,6 @@ def count_entries(data, comment, starts):
     return counts
 
 
-@nb.njit(cache=True, nogil=True, inline="always")
-def _next_int(data, pos, hi, comment):
-    """The next plain integer from ``pos`` (blanks skipped): ``(value, next pos)``;
-    value ``-1`` when the token is not 1..18 digits ended by a blank, newline,
-    ``comment`` or the end of the chunk."""
-    while pos < hi and _is_space(data[pos]):
-        pos += 1
-    value = 0
-    ndig = 0
-    while pos < hi:
-        c = data[pos]
-        if c < 48 or c > 57:
-            break
-        value = value * 10 + (c - 48)
-        ndig += 1
-        pos += 1
-    if ndig == 0 or ndig > MAX_DIGITS:
-        return -1, pos
-    if pos < hi:
-        c = data[pos]
-        if not (c == 10 or c == comment or _is_space(c)):
-            return -1, pos
-    return value, pos
-
-
 @nb.njit(cache=True, nogil=True)
 def _parse_chunk(data, comment, lo, hi, k, limit, src, dst, volume):
     """Parse the entry lines of ``data[lo:hi]`` into entries ``k, k+1, ...``.
@@ -118,23 +88,23 @@ def _parse_chunk(data, comment, lo, hi, k, limit, src, dst, volume):
     loops = 0
     pos = lo
     while pos < hi:
-        while pos < hi and data[pos] != 10 and _is_space(data[pos]):
+        while pos < hi and data[pos] != 10 and is_space(data[pos]):
             pos += 1
         if pos >= hi or data[pos] == 10 or data[pos] == comment:
             while pos < hi and data[pos] != 10:
                 pos += 1
             pos += 1
             continue
-        a, pos = _next_int(data, pos, hi, comment)
+        a, pos = next_int(data, pos, hi, comment)
         if a < 0 or a >= limit:
             return False, top, bottom, heaviest, loops
-        b, pos = _next_int(data, pos, hi, comment)
+        b, pos = next_int(data, pos, hi, comment)
         if b < 0 or b >= limit:
             return False, top, bottom, heaviest, loops
-        w, pos = _next_int(data, pos, hi, comment)
+        w, pos = next_int(data, pos, hi, comment)
         if w < 0:
             return False, top, bottom, heaviest, loops
-        while pos < hi and _is_space(data[pos]):
+        while pos < hi and is_space(data[pos]):
             pos += 1
         if pos < hi and data[pos] != 10:
             if data[pos] != comment:

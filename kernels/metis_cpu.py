@@ -24,15 +24,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .text_cpu import is_space, next_int
+
 #: Rows per block of :func:`fill_rows` (the unit of parallel work).
 BLOCK_ROWS = 4096
-#: Tokens with more digits go to the general path (18 digits always fit int64).
-MAX_DIGITS = 18
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def _is_space(c):
-    return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
 
 
 @nb.njit(cache=True, nogil=True)
@@ -60,7 +55,7 @@ def scan_lines(data, comment, line_byte, line_tokens, line_no):
     nlines = 0
     while pos < n:
         lineno += 1
-        while pos < n and data[pos] != 10 and _is_space(data[pos]):
+        while pos < n and data[pos] != 10 and is_space(data[pos]):
             pos += 1
         if pos < n and data[pos] == comment:
             while pos < n and data[pos] != 10:
@@ -73,7 +68,7 @@ def scan_lines(data, comment, line_byte, line_tokens, line_no):
             c = data[pos]
             if c == 10:
                 break
-            if _is_space(c):
+            if is_space(c):
                 pos += 1
                 continue
             if c == comment:
@@ -84,7 +79,7 @@ def scan_lines(data, comment, line_byte, line_tokens, line_no):
             pos += 1
             while pos < n:
                 c = data[pos]
-                if c == 10 or c == comment or _is_space(c):
+                if c == 10 or c == comment or is_space(c):
                     break
                 pos += 1
         line_byte[nlines] = start
@@ -93,32 +88,6 @@ def scan_lines(data, comment, line_byte, line_tokens, line_no):
         nlines += 1
         pos += 1
     return nlines
-
-
-@nb.njit(cache=True, nogil=True, inline="always")
-def next_int(data, pos, comment):
-    """Parse the next plain integer from ``pos``: ``(value, next pos)``; value
-    ``-1`` when the token is not 1..18 decimal digits ended by a blank, newline,
-    ``comment`` or the end of the data."""
-    end = data.size
-    while pos < end and _is_space(data[pos]):
-        pos += 1
-    value = 0
-    ndig = 0
-    while pos < end:
-        c = data[pos]
-        if c < 48 or c > 57:
-            break
-        value = value * 10 + (c - 48)
-        ndig += 1
-        pos += 1
-    if ndig == 0 or ndig > MAX_DIGITS:
-        return -1, pos
-    if pos < end:
-        c = data[pos]
-        if not (c == 10 or c == comment or _is_space(c)):
-            return -1, pos
-    return value, pos
 
 
 @nb.njit(cache=True, nogil=True)
@@ -133,18 +102,18 @@ def _fill_block(data, comment, line_byte, xadj, lo, hi, has_size, has_vwgt, has_
     for u in range(lo, hi):
         pos = line_byte[u]
         if has_size:
-            value, pos = next_int(data, pos, comment)
+            value, pos = next_int(data, pos, data.size, comment)
             if value < 0:
                 return u, loops, zeros, unsorted
         if has_vwgt:
-            value, pos = next_int(data, pos, comment)
+            value, pos = next_int(data, pos, data.size, comment)
             if value < 0:
                 return u, loops, zeros, unsorted
             vwgt[u] = value
         prev = -1
         sorted_row = True
         for e in range(xadj[u], xadj[u + 1]):
-            value, pos = next_int(data, pos, comment)
+            value, pos = next_int(data, pos, data.size, comment)
             if value < 1 or value > n:
                 return u, loops, zeros, unsorted
             v = value - 1
@@ -155,7 +124,7 @@ def _fill_block(data, comment, line_byte, xadj, lo, hi, has_size, has_vwgt, has_
                 sorted_row = False
             prev = v
             if has_ewgt:
-                value, pos = next_int(data, pos, comment)
+                value, pos = next_int(data, pos, data.size, comment)
                 if value < 0:
                     return u, loops, zeros, unsorted
                 if value == 0:

@@ -109,6 +109,7 @@ def _read_direct(data: bytes, path) -> CommGraph | None:
     12 bytes per directed edge (``adjncy`` int32 + ``adjwgt`` int64).
     """
     from procmap.kernels import metis_cpu as km
+    from procmap.kernels.text_cpu import next_int
     from procmap.kernels import validate_cpu as kv
 
     buf = np.frombuffer(data, dtype=np.uint8)
@@ -129,7 +130,7 @@ def _read_direct(data: bytes, path) -> CommGraph | None:
     header = []
     pos = int(line_byte[head])
     for _ in range(int(line_tokens[head])):
-        value, pos = km.next_int(buf, pos, comment)
+        value, pos = next_int(buf, pos, buf.size, comment)
         if value < 0:
             return None
         header.append(int(value))
