@@ -28,6 +28,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .common_cpu import sort_row
 from .text_cpu import is_space, next_int
 
 #: Rows per block of :func:`merge_rows`.
@@ -215,23 +216,7 @@ def _merge_row(lo, hi, adjncy, adjwgt):
             break
     if strict:
         return hi - lo
-    if hi - lo <= 32:  # insertion sort
-        for e in range(lo + 1, hi):
-            v = adjncy[e]
-            w = adjwgt[e]
-            f = e - 1
-            while f >= lo and adjncy[f] > v:
-                adjncy[f + 1] = adjncy[f]
-                adjwgt[f + 1] = adjwgt[f]
-                f -= 1
-            adjncy[f + 1] = v
-            adjwgt[f + 1] = w
-    else:
-        order = np.argsort(adjncy[lo:hi], kind="mergesort")
-        ids = adjncy[lo:hi][order]
-        wts = adjwgt[lo:hi][order]
-        adjncy[lo:hi] = ids
-        adjwgt[lo:hi] = wts
+    sort_row(adjncy, adjwgt, lo, hi)
     out = lo
     for e in range(lo + 1, hi):
         if adjncy[e] == adjncy[out]:

@@ -1,4 +1,5 @@
-"""Small Numba helpers shared by the CPU kernels: hierarchical distances and hashing."""
+"""Small Numba helpers shared by the CPU kernels: hierarchical distances, hashing and
+sorting a CSR row."""
 from __future__ import annotations
 
 import numba as nb
@@ -125,3 +126,28 @@ def clear_connectivity(acc, grp, cut_mode, touched, nt):
         else:
             for t in range(grp.shape[0]):
                 acc[t, grp[t, b]] = 0.0
+
+
+@nb.njit(cache=True, nogil=True)
+def sort_row(adjncy, adjwgt, lo, hi):
+    """Sort ``adjncy[lo:hi]`` in place by neighbour id, ``adjwgt`` alongside (stable).
+
+    Insertion sort for short rows (the common case), a merge sort for long ones.
+    """
+    if hi - lo <= 32:
+        for e in range(lo + 1, hi):
+            v = adjncy[e]
+            w = adjwgt[e]
+            f = e - 1
+            while f >= lo and adjncy[f] > v:
+                adjncy[f + 1] = adjncy[f]
+                adjwgt[f + 1] = adjwgt[f]
+                f -= 1
+            adjncy[f + 1] = v
+            adjwgt[f + 1] = w
+    else:
+        order = np.argsort(adjncy[lo:hi], kind="mergesort")
+        ids = adjncy[lo:hi][order]
+        wts = adjwgt[lo:hi][order]
+        adjncy[lo:hi] = ids
+        adjwgt[lo:hi] = wts

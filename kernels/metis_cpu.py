@@ -24,6 +24,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .common_cpu import sort_row
 from .text_cpu import is_space, next_int
 
 #: Rows per block of :func:`fill_rows` (the unit of parallel work).
@@ -202,20 +203,4 @@ def sort_rows(xadj, adjncy, adjwgt):
                 break
         if ordered:
             continue
-        if hi - lo <= 32:  # insertion sort
-            for e in range(lo + 1, hi):
-                v = adjncy[e]
-                w = adjwgt[e]
-                f = e - 1
-                while f >= lo and adjncy[f] > v:
-                    adjncy[f + 1] = adjncy[f]
-                    adjwgt[f + 1] = adjwgt[f]
-                    f -= 1
-                adjncy[f + 1] = v
-                adjwgt[f + 1] = w
-        else:
-            order = np.argsort(adjncy[lo:hi], kind="mergesort")
-            ids = adjncy[lo:hi][order]
-            wts = adjwgt[lo:hi][order]
-            adjncy[lo:hi] = ids
-            adjwgt[lo:hi] = wts
+        sort_row(adjncy, adjwgt, lo, hi)

@@ -61,7 +61,7 @@ import numpy as np
 
 from procmap.errors import FormatError, ProcmapError
 from procmap.formats import atomic_write
-from procmap.textfmt import plural
+from procmap.textfmt import plural, runlength
 
 __all__ = ["DEFAULT_NAME", "PMI_VALUE_MAX", "RankOrderPlan", "compress_ranges", "parse_rank_order",
            "slot_lines", "rank_order_text", "write_rank_order", "pmi_process_mapping",
@@ -272,7 +272,7 @@ def plan_rankorder(node_of_rank, core_of_rank, output: str, app: str = "./app",
     else:
         plan.commands.append(("", f"srun -N {k} -n {n} --distribution=block {app}"))
         plan.warnings.append(
-            f"the nodes get different rank counts ({_counts_text(counts)}): srun must start "
+            f"the nodes get different rank counts ({runlength(counts)}): srun must start "
             "exactly these counts, in this node order, or the file's lines will not be the "
             "nodes; fill every node (--ntasks equal to the slots) to get one count per node")
     if plan.scattered:
@@ -289,15 +289,3 @@ def plan_rankorder(node_of_rank, core_of_rank, output: str, app: str = "./app",
         plan.notes.append(f"Cray MPICH reads {DEFAULT_NAME} in the job's working directory: "
                           "run srun from this directory")
     return plan
-
-
-def _counts_text(counts: Sequence[int]) -> str:
-    """``[32, 32, 31]`` -> ``"32(x2),31"`` (Slurm run-length style)."""
-    out, i = [], 0
-    while i < len(counts):
-        j = i
-        while j < len(counts) and counts[j] == counts[i]:
-            j += 1
-        out.append(f"{counts[i]}(x{j - i})" if j - i > 1 else str(counts[i]))
-        i = j
-    return ",".join(out)

@@ -25,7 +25,7 @@ from procmap.formats import read_graph
 from procmap.formats.atomic import check_output
 from procmap.limits import MAX_TASKS
 from procmap.objective import Evaluation, evaluate
-from procmap.textfmt import num, plural, traffic_text
+from procmap.textfmt import num, plural, runlength, traffic_text
 from procmap.topology import Hierarchy, describe, expand_hostlist, read_hostfile
 
 from .placement import (HostLayout, canonical_cores, check_one_rank_per_core, format_cpus,
@@ -80,19 +80,6 @@ def warn(args, text: str) -> None:
     """A warning on stderr; only prolog mode silences it (its stderr is one line)."""
     if not getattr(args, "_silent", False):
         print(f"procmap: warning: {text}", file=sys.stderr)
-
-
-def _runlength(values) -> str:
-    """Slurm-style run-length text: ``[32, 32, 16]`` -> ``"32(x2),16"``."""
-    out, values = [], list(values)
-    i = 0
-    while i < len(values):
-        j = i
-        while j < len(values) and values[j] == values[i]:
-            j += 1
-        out.append(f"{values[i]}(x{j - i})" if j - i > 1 else str(values[i]))
-        i = j
-    return ",".join(out)
 
 
 def hosts_from_args(args) -> HostSpec | None:
@@ -165,7 +152,7 @@ def check_slots(graph, layout: HostLayout, hosts: HostSpec) -> None:
     if graph.n <= slots:
         return
     per_host = layout.slots_per_host().tolist()
-    detail = f"slots per host {_runlength(per_host)}"
+    detail = f"slots per host {runlength(per_host)}"
     if hosts.slots is not None:
         detail += " (a hostfile line without slots= counts 1)"
     raise CapacityError(f"{graph.n} ranks but only {slots} slots on {len(layout.hosts)} hosts "
@@ -202,7 +189,7 @@ def summary(args, placed: Placed, hosts: HostSpec) -> list[str]:
         f"machine   {describe(layout.hierarchy)}",
         f"hosts     {len(layout.hosts):,} from {hosts.source}; node level "
         f"{layout.hierarchy.node_level} ({how}): {plural(layout.pes_per_node, 'core')} per "
-        f"host, slots {_runlength(slots)}",
+        f"host, slots {runlength(slots)}",
         f"engine    {placed.engine} (seed {args.seed}); cores renumbered per node (same J)",
     ]
     if getattr(args, "engine", None) == "im":

@@ -24,7 +24,7 @@ through here; it keeps plain numbers.
 """
 from __future__ import annotations
 
-__all__ = ["num", "plural", "level_names", "traffic_text"]
+__all__ = ["num", "plural", "runlength", "level_names", "traffic_text"]
 
 
 def num(value) -> str:
@@ -50,6 +50,19 @@ def plural(count, word: str, many: str | None = None) -> str:
     """``"1 edge"``, ``"2 edges"``, ``"12,000 tasks"`` (``many`` for irregular plurals)."""
     count = int(count)
     return f"{count:,} {word if count == 1 else (many or word + 's')}"
+
+
+def runlength(values) -> str:
+    """Slurm-style run-length text: ``[32, 32, 16]`` -> ``"32(x2),16"``."""
+    out, values = [], list(values)
+    i = 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        out.append(f"{values[i]}(x{j - i})" if j - i > 1 else str(values[i]))
+        i = j
+    return ",".join(out)
 
 
 def level_names(num_levels: int, node_level: int | None) -> list[str]:
