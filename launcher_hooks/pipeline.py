@@ -103,18 +103,23 @@ def layout_hosts(args, topology, hosts: HostSpec) -> HostLayout:
         raise TopologyError("launcher files need a --hierarchy (its levels give hosts and cores); "
                             "an explicit distance matrix has no node boundary")
     check_one_rank_per_core(topology)
-    layout = host_layout(topology, hosts.names, hosts.slots, args.node_level)
+    return host_layout(topology, hosts.names, hosts.slots, args.node_level)
+
+
+def _note_layout(args, layout: HostLayout) -> None:
+    """What :func:`layout_hosts` decided on its own, said once the input has proved
+    good (from :func:`place`): a bad graph is then one error line, not notes + error."""
     if layout.node_level_inferred:
-        levels = ":".join(map(str, topology.levels[:layout.hierarchy.node_level])) or "none"
-        _note(args, f"node level {layout.hierarchy.node_level} inferred from {len(hosts.names)} "
-                    f"host{'s' if len(hosts.names) != 1 else ''}: {layout.pes_per_node} PEs per host "
+        h = layout.hierarchy
+        levels = ":".join(map(str, h.levels[:h.node_level])) or "none"
+        _note(args, f"node level {h.node_level} inferred from "
+                    f"{plural(len(layout.hosts), 'host')}: {layout.pes_per_node} PEs per host "
                     f"(levels {levels} inside a node; --node-level L to choose)")
     if layout.unused_hosts:
         extra = layout.unused_hosts
-        _note(args, f"{len(extra)} host{'s' if len(extra) != 1 else ''} beyond the hierarchy's "
+        _note(args, f"{plural(len(extra), 'host')} beyond the hierarchy's "
                     f"{len(layout.hosts)} nodes not used: {', '.join(extra[:4])}"
                     f"{', ...' if len(extra) > 4 else ''}")
-    return layout
 
 
 def read_job_graph(args, ntasks: int | None, ntasks_source: str, layout: HostLayout | None = None):
@@ -164,6 +169,7 @@ def place(args, layout: HostLayout, graph, progress) -> Placed:
     """Map, renumber cores canonically, evaluate against the block placement."""
     from procmap.warmup import cold_cache_notice
 
+    _note_layout(args, layout)
     notice = cold_cache_notice()
     if notice:
         _note(args, notice)  # terminal or not: a silent minute looks like a hang

@@ -594,3 +594,24 @@ def test_taskprolog_never_fails(tmp_path, env):
     assert done.returncode == 0 and done.stderr == ""
     assert "PROCMAP_NEW_RANK" not in done.stdout
     assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["print procmap_taskprolog"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["rankfile", "--hosts", "n[1-6]", "--openmpi-version", "5"],
+    ["machinefile", "--hosts", "n[1-6]"],
+    ["rankorder", "--nodes", "6"],
+    ["slurm", "--hosts", "n[1-6]"],
+])
+def test_bad_graph_is_one_line_even_where_the_node_level_is_inferred(tmp_path, capsys, argv):
+    """The node-level note is said only once the input has proved good: a missing
+    graph is exactly one stderr line, not the note and then the error."""
+    from procmap.cli import main
+
+    out = tmp_path / "out"
+    code = main([argv[0], str(tmp_path / "missing.comm"), "-H", "4:8:6", "-o", str(out),
+                 *argv[1:]])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "missing.comm" in err, err
+    assert not out.exists()
+    code = main([argv[0], EXAMPLE, "-H", "4:8:6", "-o", str(out), *argv[1:]])
+    assert code == 0 and "node level 2 inferred" in capsys.readouterr().err
