@@ -58,8 +58,7 @@ def check_xadj(xadj, nnz):
 
 @nb.njit(cache=True, nogil=True, inline="always")
 def _find(adjncy, lo, hi, key):
-    """Index of ``key`` in the sorted ``adjncy[lo:hi]``, or ``-1`` (a branch-free
-    halving measured slower on rows of ~13 entries)."""
+    """Index of ``key`` in the sorted ``adjncy[lo:hi]``, or ``-1`` (binary search)."""
     while lo < hi:
         mid = (lo + hi) >> 1
         value = adjncy[mid]

@@ -40,8 +40,8 @@ __all__ = ["slurm_prolog", "prolog_safe_error"]
 _SLURM_CPU_VARS = ("SLURM_JOB_CPUS_PER_NODE", "SLURM_CPUS_ON_NODE")
 _SLURM_TASK_VARS = ("SLURM_NTASKS", "SLURM_JOB_NTASKS")
 # Seconds kept back at the end of a prolog's budget for killing the child, writing
-# the mapping and exiting (the interpreter's shutdown alone takes 0.1-0.3 s); twice
-# the time the fallback took to write is added.
+# the mapping and the interpreter's shutdown; twice the time the fallback took to
+# write is added.
 _PROLOG_RESERVE = 0.5
 # Seconds the cheap steps (allocation, fallback) get when start-up spent the budget.
 _CHEAP_GRACE = 0.1

@@ -15,6 +15,7 @@ Conventions
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -231,15 +232,17 @@ class CommGraph:
         """Number of undirected edges (each counted once)."""
         return self.num_directed_edges // 2
 
-    @property
+    @functools.cached_property
     def total_vertex_weight(self) -> int:
-        """Sum of the task weights, an exact ``int``."""
+        """Sum of the task weights, an exact ``int`` (computed once: a graph's arrays
+        are not modified after construction)."""
         return exact_sum(self.vwgt)
 
-    @property
+    @functools.cached_property
     def total_edge_weight(self) -> float | int:
         """Sum of ``adjwgt`` over all CSR entries (each undirected edge twice); an exact
-        ``int`` for integer weights (never wrapped, even for a graph built by hand)."""
+        ``int`` for integer weights (never wrapped, even for a graph built by hand);
+        computed once, as :attr:`total_vertex_weight`."""
         return exact_sum(self.adjwgt)
 
     def edge_sources(self) -> np.ndarray:

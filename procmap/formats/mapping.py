@@ -67,7 +67,7 @@ def write_mapping(pes, path: str | os.PathLike) -> None:
 
 
 #: Largest PE id for which :func:`_id_lines` formats through a table of every id's
-#: text (built in a Python loop: at most this many entries, ~10 ms).
+#: text (built in a Python loop, so kept small).
 _TABLE_MAX_ID = 1 << 16
 
 
@@ -77,8 +77,8 @@ def _id_lines(ids: np.ndarray) -> bytes:
     Not the Numba formatter of the graph writers: ``procmap map`` needs it nowhere
     else, so it would be compiled (or loaded from the cache) here, at the end of
     the run; a KeyboardInterrupt raised inside llvmlite's callbacks while it
-    compiles is lost or crashes the process. It is also slower than the table
-    below (8.4M ids < 192: table 0.07 s, Numba 0.15 s, digit passes 0.34 s).
+    compiles is lost or crashes the process. The table below is also faster
+    (benchmarks/bench_end_to_end.py reports the write).
 
     PE ids are small (ids < k): each id's line ``"<id>\n"`` is looked up in a
     table of fixed-width, zero-padded byte strings, and the padding (the only zero

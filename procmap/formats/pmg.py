@@ -2,7 +2,7 @@
 
 Written by ``procmap convert x.comm x.pmg``, read by every command like any other
 graph format; loading is a read of the file and one validation pass, at disk
-speed (about 1-2 GB/s on two cores, see ``benchmarks/bench_formats.py``).
+speed (``benchmarks/bench_formats.py`` measures it).
 
 Layout (version 1), every number little-endian::
 
