@@ -113,7 +113,7 @@ def _add_machine_args(p: argparse.ArgumentParser, required: bool = True) -> None
     g.add_argument("--distance-matrix", metavar="FILE",
                    help="explicit k x k distance matrix (text or .npy) instead of a hierarchy")
     g.add_argument("--topology", metavar="FILE.xml",
-                   help="hwloc XML export (lstopo --of xml, v1 or v2) instead of a hierarchy: "
+                   help="hwloc XML export (lstopo --of xml; hwloc 1.x to 3.x) instead of a hierarchy: "
                         "one PE per core, levels cores:L3/NUMA:packages:... (see procmap "
                         "topology --hwloc); offline and disallowed CPUs get no slots")
     g.add_argument("--hwloc-pus", action="store_true",
@@ -672,7 +672,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="in a Slurm job, split each node by this machine's sysfs layout")
     p.add_argument("--sysfs", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
     p.add_argument("--hwloc", metavar="FILE.xml",
-                   help="read the machine from an hwloc XML export (lstopo --of xml, v1 or v2) "
+                   help="read the machine from an hwloc XML export (lstopo --of xml; hwloc 1.x to 3.x) "
                         "instead: one PE per core, levels cores, L3 or NUMA groups, packages, "
                         "groups, machines (those of size 1 left out); offline and disallowed "
                         "CPUs become PEs without slots")

@@ -16,6 +16,9 @@ Which levels
     the result is e.g. ``2:8:2`` (PUs per core, cores per package, packages)
     with ``pus=True`` or ``8:2`` without; an L3 or NUMA level appears only where
     it splits a package (AMD CCXs, Intel SNC), and levels of size 1 disappear.
+    Where two candidates split the PUs alike, the level takes the coarser name
+    (an L3 per package is a Package level), except that cores stay cores (a
+    POWER8 core with its own L3 is a Core level).
     NUMA nodes are found by their cpusets, since hwloc 2 attaches them beside
     the CPU tree as memory children (in v1 they sit inside the tree); a PU
     belongs to the smallest NUMA node whose cpuset holds it.
@@ -27,6 +30,9 @@ Irregular machines
     with fewer threads) get capacity 0. So do PEs whose PUs are all outside the
     root object's ``allowed_cpuset`` (a cgroup or cpuset restriction) or, in
     v1, its ``online_cpuset``. A core PE is usable when any of its PUs is.
+    In a v1 file of several machines (a ``System`` root, as ``hwloc-assembler``
+    writes) PU numbers restart in each Machine, and each Machine's own
+    ``allowed_cpuset``/``online_cpuset``, where it has them, apply to its PUs.
 
 Input safety
     The file is read whole, up to :data:`MAX_XML_BYTES`, and parsed by the
@@ -157,13 +163,15 @@ def _object_kind(elem) -> str | None:
 
 
 def _parse(data: bytes, path: str):
-    """``(version, root attributes, PUs, NUMA cpusets)``; each PU is
-    ``(os_index, {kind: key})`` with keys of its nearest Core/L3/Die/Package/
-    Machine ancestor and ``("Group", depth)`` for each Group ancestor."""
+    """``(version, root attributes, PUs, NUMA cpusets, Machine attributes)``;
+    each PU is ``(os_index, {kind: key})`` with keys of its nearest Core/L3/Die/
+    Package/Machine ancestor and ``("Group", depth)`` for each Group ancestor;
+    Machine attributes map a Machine's key to its attribute dict."""
     import xml.etree.ElementTree as ET
 
     pus = []
     numas = []
+    machines: dict = {}
     stack: list = []  # (elem, kind or None) of the open <object>s
     version = None
     root_attrs = None
@@ -187,20 +195,15 @@ def _parse(data: bytes, path: str):
                     raise InputError(f"objects nested deeper than {MAX_DEPTH} levels", path)
                 counter += 1
                 stack.append((counter, kind))
-                if kind == "NUMANode":
+                if kind == "Machine":
+                    machines[counter] = dict(elem.attrib)
+                elif kind == "NUMANode":
                     numas.append(_cpuset(elem.get("cpuset"), path))
                 elif kind == "PU":
                     index = elem.get("os_index")
                     if index is None or not re.fullmatch(r"[0-9]{1,9}", index):
                         raise InputError(f"a PU has os_index {index!r}, expected a number", path)
                     index = int(index)
-                    if index in seen:
-                        raise InputError(f"PU os_index {index} appears twice", path)
-                    seen.add(index)
-                    try:  # before the PUs found so far could grow without bound
-                        check_pes(len(seen), "the topology's PU list")
-                    except TopologyError as exc:
-                        raise InputError(str(exc), path) from None
                     keys = {}
                     depth = 0
                     for obj_id, k in stack[:-1]:
@@ -209,6 +212,15 @@ def _parse(data: bytes, path: str):
                             keys[("Group", depth)] = obj_id
                         elif k is not None and k not in ("PU", "NUMANode"):
                             keys[k] = obj_id  # the nearest ancestor of that kind wins
+                    # OS indexes are per machine: a v1 System of several Machines
+                    # (hwloc-assembler) numbers each machine's PUs from 0.
+                    if (keys.get("Machine"), index) in seen:
+                        raise InputError(f"PU os_index {index} appears twice", path)
+                    seen.add((keys.get("Machine"), index))
+                    try:  # before the PUs found so far could grow without bound
+                        check_pes(len(seen), "the topology's PU list")
+                    except TopologyError as exc:
+                        raise InputError(str(exc), path) from None
                     pus.append((index, keys))
             elif elem.tag == "object":
                 stack.pop()
@@ -223,7 +235,7 @@ def _parse(data: bytes, path: str):
         raise InputError("hwloc XML topology has no <object>", path)
     if not pus:
         raise InputError("hwloc XML topology has no PU objects", path)
-    return version, root_attrs, pus, numas
+    return version, root_attrs, pus, numas, machines
 
 
 # --------------------------------------------------------------- building
@@ -285,7 +297,7 @@ def read_hwloc(path: str | os.PathLike, *, pus: bool = False,
     Parameters
     ----------
     path:
-        The XML file (``lstopo --of xml``), hwloc v1 or v2 format.
+        The XML file (``lstopo --of xml``), hwloc 1.x, 2.x or 3.x format.
     pus:
         Make each PU (hardware thread) a PE; by default a PE is a core (see the
         module documentation for the levels and the irregular cases).
@@ -314,11 +326,24 @@ def read_hwloc(path: str | os.PathLike, *, pus: bool = False,
         raise InputError(f"larger than {MAX_XML_BYTES // 2**20} MiB; not an hwloc export "
                          "procmap reads", name)
     _check_bytes(data, name)
-    version, root, pu_list, numas = _parse(data, name)
+    version, root, pu_list, numas, machines = _parse(data, name)
 
-    allowed = _cpuset(root.get("allowed_cpuset"), name)
-    online = _cpuset(root.get("online_cpuset"), name)  # v1 only
-    usable_pu = [_has(allowed, i) and _has(online, i) for i, _ in pu_list]
+    # A PU is usable when the allowed (and, in v1, online) cpuset of its Machine
+    # holds it; a Machine without them (or a PU outside any) takes the root's.
+    # Only a v1 System root has Machines below it.
+    def sets(attrs):
+        return (_cpuset(attrs.get("allowed_cpuset"), name),
+                _cpuset(attrs.get("online_cpuset"), name))  # online: v1 only
+
+    root_sets = sets(root)
+    machine_sets = {m: sets(a) for m, a in machines.items()}
+    usable_pu = []
+    for i, keys in pu_list:
+        allowed, online = root_sets
+        m_allowed, m_online = machine_sets.get(keys.get("Machine"), (None, None))
+        allowed = m_allowed if m_allowed is not None else allowed
+        online = m_online if m_online is not None else online
+        usable_pu.append(_has(allowed, i) and _has(online, i))
 
     # Choose the levels: sort the candidates fine to coarse by group count (stable,
     # so equal counts keep the natural order), then keep those that nest.
@@ -328,10 +353,13 @@ def read_hwloc(path: str | os.PathLike, *, pus: bool = False,
     chain = [(leaf_name, leaf)]
     for nm, keys in rest:
         top = chain[-1][1]
-        if keys == top and (len(chain) > 1 or nm == "Core"):
+        if keys == top:
             # The same split under a coarser name (an L3 or NUMA node per
-            # package, a PU per core): the level is named by the coarsest.
-            chain[-1] = (nm, keys)
+            # package, a PU per core): the level is named by the coarsest, but
+            # a core stays a core (POWER8/9 have an L3 per core) and a leaf
+            # becomes no coarser than a core.
+            if chain[-1][0] != "Core" and (len(chain) > 1 or nm == "Core"):
+                chain[-1] = (nm, keys)
         elif len(set(keys)) < len(set(top)) and _nests(top, keys):
             chain.append((nm, keys))
     chain.append(("Machines", [0] * len(pu_list)))  # the root: the whole file
