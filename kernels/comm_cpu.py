@@ -33,6 +33,10 @@ from .text_cpu import is_space, next_int
 
 #: Rows per block of :func:`merge_rows`.
 BLOCK_ROWS = 2048
+#: Integers up to here are exact in the tokenizer's float64 values.
+EXACT_INT = 2.0**53
+#: Problems :func:`split_entries` reports (0: none).
+BAD_SRC, BAD_DST, BAD_VOLUME = 1, 2, 3
 
 
 @nb.njit(cache=True, nogil=True)
@@ -278,3 +282,45 @@ def all_ranks_from_one(src, dst, top):
         if not seen[r]:
             return False
     return True
+
+
+# ------------------------------------------------------- the general path's pass
+@nb.njit(cache=True, nogil=True)
+def split_entries(values, integer_text, limit):
+    """Split flat ``src dst volume`` triples into columns and validate them in one pass.
+
+    Returns ``(src, dst, int volume, float volume, problem, entry, integral)``:
+    ``problem`` is 0 or one of ``BAD_*`` for the first bad ``entry``; the int64
+    volume column is valid when ``integral`` (every volume a whole number that
+    float64 holds exactly, or one written as an integer), which spares CommGraph a
+    conversion pass. Volumes beyond 2^53 are left 0 there: the caller fills in
+    their exact values from the tokenizer.
+    """
+    count = values.size // 3
+    src = np.empty(count, dtype=np.int64)
+    dst = np.empty(count, dtype=np.int64)
+    int_volume = np.empty(count, dtype=np.int64)
+    float_volume = np.empty(count, dtype=np.float64)
+    integral = True
+    for e in range(count):
+        a = values[3 * e]
+        b = values[3 * e + 1]
+        w = values[3 * e + 2]
+        # 'not (x >= 0)' is also true for NaN
+        if not (a >= 0) or a >= limit or a != np.floor(a):
+            return src, dst, int_volume, float_volume, BAD_SRC, e, integral
+        if not (b >= 0) or b >= limit or b != np.floor(b):
+            return src, dst, int_volume, float_volume, BAD_DST, e, integral
+        if not (w >= 0) or w == np.inf:
+            return src, dst, int_volume, float_volume, BAD_VOLUME, e, integral
+        src[e] = np.int64(a)
+        dst[e] = np.int64(b)
+        float_volume[e] = w
+        if integral:
+            if w == np.floor(w) and w < EXACT_INT:
+                int_volume[e] = np.int64(w)
+            elif integer_text[3 * e + 2]:
+                int_volume[e] = 0  # beyond 2^53: exact value from Tokens.big_value
+            else:
+                integral = False
+    return src, dst, int_volume, float_volume, 0, 0, integral

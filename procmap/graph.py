@@ -19,10 +19,15 @@ import functools
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 
 from .errors import InputError
 from .limits import INT64_MAX, check_total, exact_sum
+
+#: :meth:`CommGraph.from_edges` merges up to this many entries with NumPy alone (a sort
+#: of ``u * n + v`` keys); larger inputs go through scipy.sparse, whose counting
+#: conversion is several times faster there but costs ~0.15 s to import, which the
+#: launcher commands and ``eval`` on small jobs should not pay.
+NUMPY_MERGE_MAX_ENTRIES = 1 << 18
 
 _INT_EXACT = 2.0 ** 53  # float64 holds every integer up to here exactly
 
@@ -88,6 +93,73 @@ def _vertex_weights(vwgt, n: int) -> np.ndarray:
     return vwgt
 
 
+def _asymmetry_error(key: np.ndarray, weight: np.ndarray, n: int, bad: np.ndarray) -> InputError:
+    """The error for an asymmetric matrix given as sorted unique ``u * n + v`` keys:
+    names the first asymmetric pair in row-major order, as ``C[u,v]`` and ``C[v,u]``."""
+    u, v = key[bad] // n, key[bad] % n
+    first = int(np.minimum(u * n + v, v * n + u).min())
+    a, b = divmod(first, n)
+
+    def entry(i: int, j: int):
+        at = int(np.searchsorted(key, i * n + j))
+        found = at < key.size and key[at] == i * n + j
+        return weight[at] if found else weight.dtype.type(0)
+
+    return InputError(f"asymmetric weights: C[{a},{b}] = {entry(a, b)} but C[{b},{a}] = {entry(b, a)}")
+
+
+def _merge_numpy(src, dst, weights, n: int, *, add_transpose: bool, check_symmetric: bool):
+    """``(xadj, adjncy, adjwgt)`` of the entries with duplicates summed and zeros
+    dropped, rows sorted; ``C + C^T`` when ``add_transpose``. Raises on an asymmetric
+    matrix when ``check_symmetric``. NumPy only (see ``NUMPY_MERGE_MAX_ENTRIES``)."""
+    key = src * n + dst
+    order = np.argsort(key, kind="stable")
+    key, weights = key[order], weights[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if key.size else order[:0]
+    weights = np.add.reduceat(weights, first) if key.size else weights
+    key = key[first]
+    if add_transpose:  # float: C and C^T merged once more; a + b == b + a exactly
+        both = np.concatenate([key, (key % n) * n + key // n])
+        order = np.argsort(both, kind="stable")
+        both, weights = both[order], np.concatenate([weights, weights])[order]
+        first = np.flatnonzero(np.r_[True, both[1:] != both[:-1]]) if both.size else order[:0]
+        weights = np.add.reduceat(weights, first) if both.size else weights
+        key = both[first]
+    nonzero = weights != 0
+    key, weights = key[nonzero], weights[nonzero]
+    if check_symmetric and key.size:
+        mirror = (key % n) * n + key // n
+        at = np.minimum(np.searchsorted(key, mirror), key.size - 1)
+        bad = np.flatnonzero((key[at] != mirror) | (weights[at] != weights))
+        if bad.size:
+            raise _asymmetry_error(key, weights, n, bad)
+    xadj = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(key // n, minlength=n), out=xadj[1:])
+    return xadj, (key % n).astype(np.int32), weights
+
+
+def _merge_scipy(src, dst, weights, n: int, *, add_transpose: bool, check_symmetric: bool):
+    """:func:`_merge_numpy` through scipy.sparse (a counting conversion: faster on
+    large inputs)."""
+    import scipy.sparse as sp
+
+    mat = sp.coo_matrix((weights, (src, dst)), shape=(n, n)).tocsr()
+    mat.sum_duplicates()
+    if add_transpose:
+        mat = (mat + mat.T).tocsr()  # x + y == y + x: the result is exactly symmetric
+    if check_symmetric:
+        diff = abs(mat - mat.T)
+        if diff.nnz and diff.max() != 0:
+            coo = diff.tocoo()
+            i = int(np.argmax(coo.data != 0))
+            u, v = int(coo.row[i]), int(coo.col[i])
+            raise InputError(
+                f"asymmetric weights: C[{u},{v}] = {mat[u, v]} but C[{v},{u}] = {mat[v, u]}")
+    mat.eliminate_zeros()
+    mat.sort_indices()
+    return mat.indptr.astype(np.int64), mat.indices.astype(np.int32), mat.data
+
+
 @dataclass(eq=False)
 class CommGraph:
     """Symmetric communication graph of ``n`` tasks in CSR form.
@@ -121,6 +193,8 @@ class CommGraph:
         ``C + C^T`` is stored unless ``symmetric=True``, which states that ``matrix``
         already is the symmetric graph (as in METIS files) and checks it is.
         """
+        import scipy.sparse as sp
+
         if not sp.issparse(matrix):
             raise InputError("expected a scipy sparse matrix")
         if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
@@ -190,31 +264,11 @@ class CommGraph:
             # between (u, v) and (v, u).
             src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
             weights = np.concatenate([weights, weights])
-        mat = sp.coo_matrix((weights, (src, dst)), shape=(n, n)).tocsr()
-        mat.sum_duplicates()
-        if not symmetric and not exact:
-            mat = (mat + mat.T).tocsr()  # x + y == y + x: the result is exactly symmetric
-        if symmetric:
-            diff = abs(mat - mat.T)
-            if diff.nnz and diff.max() != 0:
-                coo = diff.tocoo()
-                i = int(np.argmax(coo.data != 0))
-                u, v = int(coo.row[i]), int(coo.col[i])
-                raise InputError(
-                    f"asymmetric weights: C[{u},{v}] = {mat[u, v]} but C[{v},{u}] = {mat[v, u]}")
-        mat.eliminate_zeros()
-        mat.sort_indices()
-        return cls._from_csr_matrix(mat, vwgt)
-
-    @classmethod
-    def _from_csr_matrix(cls, mat: sp.csr_matrix, vwgt) -> "CommGraph":
-        n = mat.shape[0]
-        return cls(
-            xadj=mat.indptr.astype(np.int64),
-            adjncy=mat.indices.astype(np.int32),
-            adjwgt=_weights_dtype(mat.data),
-            vwgt=_vertex_weights(vwgt, n),
-        )
+        merge = _merge_numpy if src.size <= NUMPY_MERGE_MAX_ENTRIES else _merge_scipy
+        xadj, adjncy, adjwgt = merge(src, dst, weights, n, add_transpose=not symmetric and not exact,
+                                     check_symmetric=symmetric)
+        return cls(xadj=xadj, adjncy=adjncy, adjwgt=_weights_dtype(adjwgt),
+                   vwgt=_vertex_weights(vwgt, n))
 
     # ------------------------------------------------------------- properties
     @property
@@ -256,8 +310,10 @@ class CommGraph:
         return np.diff(self.xadj)
 
     # ------------------------------------------------------------ conversion
-    def to_scipy(self) -> sp.csr_matrix:
+    def to_scipy(self):
         """The symmetric matrix as ``scipy.sparse.csr_matrix`` (both triangles)."""
+        import scipy.sparse as sp
+
         return sp.csr_matrix((self.adjwgt, self.adjncy, self.xadj), shape=(self.n, self.n))
 
     def with_num_tasks(self, n: int) -> "CommGraph":

@@ -12,10 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from procmap.errors import CapacityError, InputError
-from procmap.kernels import level_traffic, matrix_cost, pe_loads
 from procmap.limits import INT64_MAX, check_total
 
 from .graph import CommGraph
+
+#: :func:`evaluate` sums J with NumPy alone up to this many directed edges, and with
+#: the parallel kernels (``procmap.kernels``) above: loading the first compiled
+#: kernel costs more start-up (~0.7 s) than NumPy takes on a graph this size.
+NUMPY_OBJECTIVE_MAX_EDGES = 1 << 20
 
 
 def _exact(value):
@@ -151,6 +155,10 @@ def evaluate(graph: CommGraph, topology, pes, *, eps: float = 0.03) -> Evaluatio
     pes = check_mapping(pes, graph, topology)
     check_objective_range(graph, largest_distance(topology))
     k = topology.k
+    if graph.num_directed_edges <= NUMPY_OBJECTIVE_MAX_EDGES:
+        level_traffic, matrix_cost, pe_loads = _level_traffic, _matrix_cost, _pe_loads
+    else:
+        from procmap.kernels import level_traffic, matrix_cost, pe_loads
     if hasattr(topology, "prefix_sizes"):
         traffic = level_traffic(graph.xadj, graph.adjncy, graph.adjwgt, pes, topology.prefix_sizes)
         distances = topology.distances
@@ -181,6 +189,38 @@ def evaluate(graph: CommGraph, topology, pes, *, eps: float = 0.03) -> Evaluatio
     return Evaluation(J=J, cut=cut, level_traffic=per_level, loads=loads, counts=counts,
                       mode=mode, limit=limit, imbalance=imbalance, valid=violations == 0,
                       violations=violations)
+
+
+# NumPy versions of the objective kernels (same signatures and results as
+# ``procmap.kernels``; float sums may differ in the last bits), for small graphs.
+def _entry_pes(xadj, adjncy, pe) -> tuple[np.ndarray, np.ndarray]:
+    """The PEs of both ends of every CSR entry."""
+    return np.repeat(pe, np.diff(xadj)), pe[adjncy]
+
+
+def _level_traffic(xadj, adjncy, adjwgt, pe, prefix) -> np.ndarray:
+    p, q = _entry_pes(xadj, adjncy, pe)
+    level = np.zeros(p.size, dtype=np.intp)  # 0: the same PE
+    differ = p != q
+    for size in prefix:  # level t + 1 while the level-t groups still differ
+        level[differ] += 1
+        differ &= (p // size) != (q // size)
+    traffic = np.zeros(prefix.size + 1, dtype=adjwgt.dtype)
+    np.add.at(traffic, level, adjwgt)
+    return traffic
+
+
+def _matrix_cost(xadj, adjncy, adjwgt, pe, dist) -> tuple[float, float]:
+    p, q = _entry_pes(xadj, adjncy, pe)
+    off = p != q
+    weight = adjwgt[off].astype(np.float64)
+    return float((weight * dist[p[off], q[off]]).sum()), float(weight.sum())
+
+
+def _pe_loads(pe, vwgt, k: int) -> tuple[np.ndarray, np.ndarray]:
+    loads = np.zeros(k, dtype=np.int64)
+    np.add.at(loads, pe, vwgt)
+    return loads, np.bincount(pe, minlength=k).astype(np.int64)
 
 
 def require_valid(evaluation: Evaluation) -> None:

@@ -21,10 +21,11 @@ through here; it keeps plain numbers.
   ========================  ==================================================
 
   Without a node level (``None``) every level but 0 is ``level t``.
+* :func:`show_number` -- a number quoted in an error message: ``4``, ``2.5``, ``nan``.
 """
 from __future__ import annotations
 
-__all__ = ["num", "plural", "runlength", "level_names", "traffic_text"]
+__all__ = ["num", "plural", "runlength", "level_names", "traffic_text", "show_number"]
 
 
 def num(value) -> str:
@@ -89,3 +90,11 @@ def traffic_text(level_traffic, topology) -> str:
     traffic per level of ``topology`` (its ``node_level``, if any, names the levels)."""
     names = level_names(len(level_traffic) - 1, getattr(topology, "node_level", None))
     return " | ".join(f"{name} {num(v)}" for name, v in zip(names, level_traffic))
+
+
+def show_number(value) -> str:
+    """A number for an error message: ``4`` for integral values, else the float's repr."""
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)

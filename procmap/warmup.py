@@ -72,6 +72,9 @@ def warmup(progress: Progress | None = None, *, gpu: bool = False) -> dict[str, 
 
     # Above the size where large levels skip Jet (FM only), so every refiner runs.
     mesh = grid_graph((200, 150), weight=3)
+    # Above the sizes that small inputs are read and evaluated without kernels
+    # (procmap.formats.comm.SMALL_FILE_BYTES, procmap.objective.NUMPY_OBJECTIVE_MAX_EDGES).
+    large = grid_graph((400, 400), diagonal=True, weight=7)
     weighted = CommGraph(mesh.xadj, mesh.adjncy, mesh.adjwgt * 0.5, mesh.vwgt)
     machine = Hierarchy.parse("4:8:2", "1:10:100")
     placement = grid_graph((8, 8, 6), weight=2)          # 384 ranks on 384 cores
@@ -79,17 +82,21 @@ def warmup(progress: Progress | None = None, *, gpu: bool = False) -> dict[str, 
 
     with tempfile.TemporaryDirectory(prefix="procmap-warmup-") as tmp:
         def formats() -> None:
+            # ``large`` is above the size that small text files are read without kernels.
             for graph, tag in ((placement, "int"), (CommGraph(placement.xadj, placement.adjncy,
-                               placement.adjwgt * 0.25, placement.vwgt), "float")):
+                               placement.adjwgt * 0.25, placement.vwgt), "float"),
+                               (large, "large")):
                 for ext in ("comm", "graph", "mtx", "csv", "npy", "npz", "pmg"):
                     if ext == "graph" and tag == "float":
                         continue  # METIS stores integer weights only
+                    if tag == "large" and ext not in ("comm", "graph", "mtx"):
+                        continue  # only the text readers have a path for large files
                     path = os.path.join(tmp, f"{tag}.{ext}")
                     write_graph(graph, path)
                     read_graph(path)
             write_mapping(placement.xadj[:-1] % 7, os.path.join(tmp, "mapping"))
         step("readers and writers", formats)
-        step("evaluation", lambda: evaluate(mesh, machine, mesh.xadj[:-1] % machine.k))
+        step("evaluation", lambda: evaluate(large, machine, large.xadj[:-1] % machine.k))
         step("rank placement", lambda: map_tasks(placement, cores))
         for graph, tag in ((mesh, "integer volumes"), (weighted, "float volumes")):
             for engine in ("im", "hm", "hm-ultra"):

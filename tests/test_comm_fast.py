@@ -1,4 +1,6 @@
-"""The direct ``.comm`` reader (procmap.formats.comm._read_direct) against the general path."""
+"""The fast ``.comm`` readers against the general path: the direct Numba reader
+(procmap.formats.comm._read_direct) and the NumPy one for small files (_read_small).
+Both must return the general path's graph, or None where it would raise."""
 from __future__ import annotations
 
 import warnings
@@ -14,6 +16,18 @@ from procmap.graph import CommGraph
 def general(data: bytes, path="x.comm") -> CommGraph:
     tasks, tasks_line = comm._tasks_directive(data, path)
     return comm._read_general(data, tasks, tasks_line, path)
+
+
+FAST_READERS = {"direct": comm._read_direct, "small": comm._read_small}
+
+
+@pytest.fixture(params=sorted(FAST_READERS))
+def reader(request):
+    """One of the fast readers, called like ``direct`` below."""
+    def read(data: bytes, path="x.comm") -> CommGraph | None:
+        tasks, _ = comm._tasks_directive(data, path)
+        return FAST_READERS[request.param](data, tasks, path)
+    return read
 
 
 def direct(data: bytes, path="x.comm") -> CommGraph | None:
@@ -59,13 +73,13 @@ def random_text(rng, n: int, entries: int, *, header: int | None = None,
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_random_graphs_equal_general_path(seed):
+def test_random_graphs_equal_general_path(reader, seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 200))
     entries = int(rng.integers(1, 3000))
     header = None if seed % 3 else n + int(rng.integers(0, 20))  # isolated ranks at the end
     data = random_text(rng, n, entries, header=header, big=seed % 4 == 1)
-    fast = direct(data)
+    fast = reader(data)
     assert fast is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -92,8 +106,8 @@ def test_large_file_many_chunks():
     "0 1 5",  # no final newline
     "\n\n  \n0 1 5\r\n1 2 6\r\n",
 ])
-def test_small_cases_equal_general_path(text):
-    fast = direct(text.encode())
+def test_small_cases_equal_general_path(reader, text):
+    fast = reader(text.encode())
     assert fast is not None
     assert_same(fast, general(text.encode()))
 
@@ -106,8 +120,8 @@ def test_small_cases_equal_general_path(text):
     "0 1 1234567890123456789\n",  # 19 digits: the general path keeps it exact
     "# tasks: 3\n",  # no entries
 ])
-def test_fallback_cases_equal_general_path(tmp_path, text):
-    assert direct(text.encode()) is None
+def test_fallback_cases_equal_general_path(reader, tmp_path, text):
+    assert reader(text.encode()) is None
     path = tmp_path / "a.comm"
     path.write_text(text)
     assert_same(read_graph(str(path)), general(text.encode(), str(path)))
@@ -148,10 +162,10 @@ def test_errors_identical_to_general_path(tmp_path, text):
     assert got.value.line == expected.value.line
 
 
-def test_overflow_check_keeps_self_loops_out(tmp_path):
+def test_overflow_check_keeps_self_loops_out(reader, tmp_path):
     # The self loop's huge volume is dropped before the total is checked (as from_edges does).
     text = b"0 0 999999999999999999\n0 1 999999999999999999\n1 1 999999999999999999\n"
-    fast = direct(text)
+    fast = reader(text)
     assert fast is not None
     assert_same(fast, general(text))
 
@@ -174,7 +188,7 @@ def test_one_based_warning_identical(tmp_path):
             read_graph(str(path))
 
 
-def test_round_trip_of_written_file(tmp_path):
+def test_round_trip_of_written_file(reader, tmp_path):
     from procmap.formats import write_graph
     from procmap.generators import random_geometric_graph
 
@@ -182,7 +196,7 @@ def test_round_trip_of_written_file(tmp_path):
     path = str(tmp_path / "g.comm")
     write_graph(graph, path)
     data = open(path, "rb").read()
-    fast = direct(data)
+    fast = reader(data)
     assert fast is not None
     assert_same(fast, general(data))
     assert np.array_equal(fast.xadj, graph.xadj) and np.array_equal(fast.adjncy, graph.adjncy)

@@ -2,10 +2,20 @@
 import numpy as np
 import pytest
 
+import procmap.objective
 from procmap import CommGraph, evaluate
 from procmap.errors import InputError
 from procmap.generators import grid_graph
-from procmap.topology import Hierarchy
+from procmap.topology import DistanceMatrix, Hierarchy
+
+
+@pytest.fixture(params=["numpy", "kernels"])
+def objective_path(request, monkeypatch):
+    """Run the test once on each of evaluate()'s paths: NumPy (small graphs) and the
+    compiled kernels (large ones), by moving the size threshold between them."""
+    if request.param == "kernels":
+        monkeypatch.setattr(procmap.objective, "NUMPY_OBJECTIVE_MAX_EDGES", -1)
+    return request.param
 
 
 def brute_force_J(dense: np.ndarray, pes: np.ndarray, dist: np.ndarray) -> float:
@@ -38,7 +48,7 @@ def brute_force_distance(h: Hierarchy) -> np.ndarray:
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_J_matches_brute_force(seed):
+def test_J_matches_brute_force(objective_path, seed):
     rng = np.random.default_rng(seed)
     levels = tuple(int(x) for x in rng.integers(1, 4, size=rng.integers(1, 4)))
     dists = tuple(sorted(float(x) for x in rng.integers(1, 50, size=len(levels))))
@@ -59,6 +69,31 @@ def test_J_matches_brute_force(seed):
     off = pes[:, None] != pes[None, :]
     assert ev.cut == pytest.approx(sym[off].sum() / 2)
     assert sum(ev.level_traffic) == pytest.approx(sym.sum())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_J_with_a_distance_matrix_matches_brute_force(objective_path, seed):
+    rng = np.random.default_rng(seed)
+    k, n = int(rng.integers(2, 6)), int(rng.integers(2, 20))
+    dist = rng.integers(1, 9, size=(k, k)).astype(float)
+    dist = dist + dist.T
+    np.fill_diagonal(dist, 0)
+    dense = rng.integers(0, 5, size=(n, n)) * (rng.random((n, n)) < 0.4)
+    pes = rng.integers(0, k, size=n)
+    ev = evaluate(CommGraph.from_dense(dense), DistanceMatrix(dist, capacities=[n] * k), pes)
+    assert ev.J == pytest.approx(brute_force_J(dense.astype(float), pes, dist))
+    assert ev.counts.tolist() == np.bincount(pes, minlength=k).tolist()
+
+
+def test_numpy_and_kernel_paths_agree_exactly_on_integers(monkeypatch):
+    graph = grid_graph((30, 20), weight=3, diagonal=True)
+    machine = Hierarchy((4, 8, 3), (1, 10, 100))
+    pes = np.random.default_rng(5).integers(0, machine.k, graph.n)
+    small = evaluate(graph, machine, pes)
+    monkeypatch.setattr(procmap.objective, "NUMPY_OBJECTIVE_MAX_EDGES", -1)
+    large = evaluate(graph, machine, pes)
+    assert small.as_dict() == large.as_dict()
+    assert np.array_equal(small.loads, large.loads)
 
 
 def test_hierarchy_distance_matches_definition():

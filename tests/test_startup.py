@@ -36,6 +36,18 @@ def test_topology_package_imports_no_engine():
     assert not [m for m in HEAVY if m in loaded]
 
 
+def test_eval_of_a_small_file_imports_no_numba_or_scipy_sparse(tmp_path):
+    # The small-input paths (procmap.formats.comm._read_small, NumPy merging in
+    # CommGraph.from_edges, NumPy objective) keep eval free of the compiled kernels.
+    path = tmp_path / "ring.comm"
+    path.write_text("".join(f"{i} {(i + 1) % 64} {i + 1}\n" for i in range(64)))
+    loaded = _imported_after("from procmap.cli import main\n"
+                             f"main(['eval', {str(path)!r}, '--hierarchy', '4:4:4', "
+                             "'--baseline', 'block'])")
+    assert "numba" not in loaded and "scipy.sparse" not in loaded
+    assert "procmap.objective" in loaded  # it did evaluate
+
+
 def test_public_names_still_resolve():
     import procmap
 

@@ -32,7 +32,6 @@ import os
 import re
 import warnings
 
-import numba as nb
 import numpy as np
 
 from procmap.errors import FormatError, InputError
@@ -40,58 +39,18 @@ from procmap.graph import CommGraph
 from procmap.limits import INT64_MAX, MAX_TASKS, check_declared_tasks, exact_sum
 
 from .atomic import as_format_error, atomic_write, read_bytes
-from .tokenizer import show_number, tokenize
+from procmap.textfmt import show_number
 
-#: Integers up to here are exact in the tokenizer's float64 values.
-_EXACT_INT = 2.0**53
+#: Files up to this size are read by :func:`_read_small` (pure NumPy).
+SMALL_FILE_BYTES = 1 << 20
+#: Tokens of the plain spelling: decimal digits only, short enough for int64.
+_PLAIN_DIGITS = 18
 
 _TASKS_DIRECTIVE = re.compile(rb"#\s*tasks\s*:\s*(.*?)\s*$", re.IGNORECASE)
 _LINES_PER_CHUNK = 1 << 20  # bounds the writer's temporary text to ~30 MB
 
 
 # ----------------------------------------------------------------------------- reading
-_BAD_SRC, _BAD_DST, _BAD_VOLUME = 1, 2, 3
-
-
-@nb.njit(cache=True, nogil=True)
-def _split_entries(values, integer_text, limit):
-    """Split flat ``src dst volume`` triples into columns and validate them in one pass.
-
-    Returns ``(src, dst, int volume, float volume, problem, entry, integral)``:
-    ``problem`` is 0 or one of ``_BAD_*`` for the first bad ``entry``; the int64
-    volume column is valid when ``integral`` (every volume a whole number that
-    float64 holds exactly, or one written as an integer), which spares CommGraph a
-    conversion pass. Volumes beyond 2^53 are left 0 there: the caller fills in
-    their exact values from the tokenizer.
-    """
-    count = values.size // 3
-    src = np.empty(count, dtype=np.int64)
-    dst = np.empty(count, dtype=np.int64)
-    int_volume = np.empty(count, dtype=np.int64)
-    float_volume = np.empty(count, dtype=np.float64)
-    integral = True
-    for e in range(count):
-        a = values[3 * e]
-        b = values[3 * e + 1]
-        w = values[3 * e + 2]
-        # 'not (x >= 0)' is also true for NaN
-        if not (a >= 0) or a >= limit or a != np.floor(a):
-            return src, dst, int_volume, float_volume, _BAD_SRC, e, integral
-        if not (b >= 0) or b >= limit or b != np.floor(b):
-            return src, dst, int_volume, float_volume, _BAD_DST, e, integral
-        if not (w >= 0) or w == np.inf:
-            return src, dst, int_volume, float_volume, _BAD_VOLUME, e, integral
-        src[e] = np.int64(a)
-        dst[e] = np.int64(b)
-        float_volume[e] = w
-        if integral:
-            if w == np.floor(w) and w < _EXACT_INT:
-                int_volume[e] = np.int64(w)
-            elif integer_text[3 * e + 2]:
-                int_volume[e] = 0  # beyond 2^53: exact value from Tokens.big_value
-            else:
-                integral = False
-    return src, dst, int_volume, float_volume, 0, 0, integral
 
 
 def _tasks_directive(data: bytes, path) -> tuple[int | None, int | None]:
@@ -131,10 +90,13 @@ def _tasks_directive(data: bytes, path) -> tuple[int | None, int | None]:
 
 def _entry_problem(entry: np.ndarray, problem: int, tasks: int | None,
                    tasks_line: int | None) -> str:
-    """The error message for a bad ``src dst volume`` entry found by :func:`_split_entries`."""
-    if problem == _BAD_VOLUME:
+    """The error message for a bad ``src dst volume`` entry found by
+    :func:`procmap.kernels.comm_cpu.split_entries`."""
+    from procmap.kernels.comm_cpu import BAD_SRC, BAD_VOLUME
+
+    if problem == BAD_VOLUME:
         return f"volume {show_number(entry[2])} must be a finite number >= 0"
-    rank = entry[0] if problem == _BAD_SRC else entry[1]
+    rank = entry[0] if problem == BAD_SRC else entry[1]
     if not (rank >= 0 and rank == np.floor(rank)):
         return f"rank {show_number(rank)} is not a non-negative integer"
     if tasks is None:
@@ -157,10 +119,43 @@ def read_comm(path: str | os.PathLike) -> CommGraph:
     """
     data = read_bytes(path)
     tasks, tasks_line = _tasks_directive(data, path)
-    graph = _read_direct(data, tasks, path)
+    direct = _read_small if len(data) <= SMALL_FILE_BYTES else _read_direct
+    graph = direct(data, tasks, path)
     if graph is not None:
         return graph
     return _read_general(data, tasks, tasks_line, path)
+
+
+def _read_small(data: bytes, tasks: int | None, path) -> CommGraph | None:
+    """The path of :func:`read_comm` for files up to ``SMALL_FILE_BYTES``: the plain
+    spelling parsed with ``bytes`` methods and NumPy, no Numba (whose first kernel
+    costs more start-up than such a file takes to parse). ``None`` as for
+    :func:`_read_direct`: the general path then reads the file and words the error.
+    """
+    fields = []
+    for line in data.split(b"\n"):
+        tokens = line.split(b"#", 1)[0].split()  # the same blanks as the tokenizer's
+        if not tokens:
+            continue
+        if len(tokens) != 3 or not all(t.isdigit() and len(t) <= _PLAIN_DIGITS for t in tokens):
+            return None
+        fields += tokens
+    if not fields:
+        return None
+    src, dst, volume = np.array(fields).astype(np.int64).reshape(-1, 3).T
+    top = int(max(src.max(), dst.max()))
+    try:
+        check_declared_tasks(top + 1, min(top + 1, 2 * src.size), "", path)
+        if tasks is not None:
+            if top >= tasks:
+                return None
+            check_declared_tasks(tasks, min(top + 1, 2 * src.size), "", path)
+        graph = CommGraph.from_edges(src, dst, volume, n=tasks)
+    except InputError:
+        return None
+    if tasks is None:
+        _warn_if_one_based(src, dst, path)
+    return graph
 
 
 def _read_direct(data: bytes, tasks: int | None, path) -> CommGraph | None:
@@ -174,6 +169,8 @@ def _read_direct(data: bytes, tasks: int | None, path) -> CommGraph | None:
     it with the general path, which raises the error. Peak memory: the file, 16
     bytes per entry line and 12 bytes per directed CSR entry, plus 16 per task.
     """
+    import numba as nb
+
     from procmap.kernels import comm_cpu as kc
 
     buf = np.frombuffer(data, dtype=np.uint8)
@@ -242,6 +239,10 @@ def _read_general(data: bytes, tasks: int | None, tasks_line: int | None, path) 
     entry and build with :meth:`CommGraph.from_edges`. Accepts every spelling the
     format allows (float volumes, exponents, 19-digit integers) and names the line
     of any error."""
+    from procmap.kernels.comm_cpu import split_entries
+
+    from .tokenizer import tokenize
+
     tokens = tokenize(data, path, comment="#")
     counts = tokens.counts()
     wrong = np.flatnonzero(counts != 3)
@@ -255,7 +256,7 @@ def _read_general(data: bytes, tasks: int | None, tasks_line: int | None, path) 
         if tasks == 0:
             raise FormatError("empty graph: '# tasks: 0' and no entries", path, tasks_line)
     limit = MAX_TASKS if tasks is None else tasks
-    src, dst, int_volume, float_volume, problem, i, integral = _split_entries(
+    src, dst, int_volume, float_volume, problem, i, integral = split_entries(
         tokens.values, tokens.integer_text, limit)
     if problem:
         raise FormatError(_entry_problem(tokens.values[3 * i:3 * i + 3], problem, tasks, tasks_line),
@@ -321,60 +322,6 @@ def _check_task_count(src: np.ndarray, dst: np.ndarray, tasks: int | None,
 
 
 # ----------------------------------------------------------------------------- writing
-@nb.njit(cache=True, nogil=True)
-def _int_digits(value):
-    """Characters needed to print ``value`` in decimal (sign included)."""
-    width = 1
-    if value < 0:
-        width = 2
-        value = -value
-    while value >= 10:
-        value //= 10
-        width += 1
-    return width
-
-
-@nb.njit(cache=True, nogil=True)
-def _format_int_lines(values, line_start, sep):
-    """Bytes of lines ``values[line_start[i]:line_start[i+1]]`` joined by ``sep``, one per line."""
-    nlines = line_start.size - 1
-    size = 0
-    for i in range(nlines):
-        a = line_start[i]
-        b = line_start[i + 1]
-        for k in range(a, b):
-            size += _int_digits(values[k])
-        if b > a:
-            size += b - a - 1
-        size += 1
-    out = np.empty(size, dtype=np.uint8)
-    pos = 0
-    for i in range(nlines):
-        a = line_start[i]
-        b = line_start[i + 1]
-        for k in range(a, b):
-            if k > a:
-                out[pos] = sep
-                pos += 1
-            value = values[k]
-            width = _int_digits(value)
-            if value < 0:
-                out[pos] = 45  # '-'
-                value = -value
-            end = pos + width
-            j = end - 1
-            while True:  # digits right to left
-                out[j] = 48 + value % 10
-                value //= 10
-                j -= 1
-                if value == 0:
-                    break
-            pos = end
-        out[pos] = 10
-        pos += 1
-    return out
-
-
 def format_int_lines(values: np.ndarray, line_start: np.ndarray, sep: str = " ") -> bytes:
     """Format integer lines quickly: line ``i`` holds ``values[line_start[i]:line_start[i+1]]``.
 
@@ -382,9 +329,11 @@ def format_int_lines(values: np.ndarray, line_start: np.ndarray, sep: str = " ")
     line for an empty range). Used by the text writers instead of ``np.savetxt``,
     which is an order of magnitude slower.
     """
+    from procmap.kernels.format_cpu import format_int_lines as fill
+
     values = np.ascontiguousarray(values, dtype=np.int64)
     line_start = np.ascontiguousarray(line_start, dtype=np.int64)
-    return _format_int_lines(values, line_start, ord(sep)).tobytes()
+    return fill(values, line_start, ord(sep)).tobytes()
 
 
 def format_float_triples(first: np.ndarray, second: np.ndarray, value: np.ndarray) -> bytes:

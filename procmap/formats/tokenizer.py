@@ -17,6 +17,7 @@ import numpy as np
 
 from procmap.errors import FormatError
 from procmap.limits import INT64_MAX
+from procmap.textfmt import show_number  # noqa: F401  (re-exported for the readers)
 
 # Error codes returned by the scanner (0 = ok).
 _BAD_TOKEN = 1
@@ -250,14 +251,6 @@ class Tokens:
         if k >= len(fields):
             return show_number(self.values[index])
         return fields[k].decode("utf-8", "replace")
-
-
-def show_number(value) -> str:
-    """A number for an error message: ``4`` for integral values, else the float's repr."""
-    value = float(value)
-    if value.is_integer() and abs(value) < 1e16:
-        return str(int(value))
-    return repr(value)
 
 
 def _exact_integer(text: bytes, path, line: int) -> int:
