@@ -34,6 +34,15 @@ def group_table(prefix):
     return (np.arange(int(prefix[-1]), dtype=np.int64)[None, :] // div[:, None]).astype(np.int32)
 
 
+def level_tables(prefix, dist):
+    """``(grp, delta)`` of the group-connectivity gain: ``grp`` is :func:`group_table`,
+    ``delta[t] = d_{t+1} - d_t`` (``d_0 = 0``), so that moving a vertex from block ``a``
+    to ``b`` changes its cost by ``sum_t delta[t] * (W_t(b) - W_t(a))`` (paper
+    equation 1; ``W_t(x)``: its weight into ``x``'s level-t group)."""
+    delta = np.diff(np.concatenate(([0.0], np.asarray(dist, dtype=np.float64))))
+    return group_table(np.asarray(prefix, dtype=np.int64)), delta
+
+
 @nb.njit(inline="always", cache=True)
 def table_level(p, q, grp):
     """:func:`level_index` read from the group table ``grp`` (:func:`group_table`):

@@ -25,41 +25,43 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .common_cpu import group_table, on_boundary, table_distance
+from .common_cpu import (clear_connectivity, connectivity_gain, level_tables, on_boundary,
+                         scatter_connectivity)
 from .objective_cpu import pe_loads
 
 
 @nb.njit(cache=True, nogil=True)
-def _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, conn, blocks):
-    """Best destination of ``u`` among its neighbours' blocks with room; ``(b, gain)``."""
+def _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, scratch):
+    """Best destination of ``u`` among its neighbours' blocks with room; ``(b, gain)``,
+    ``b = -1`` when none. The gain is J's change (one direction of each edge) from the
+    group connectivity (:func:`.common_cpu.connectivity_gain`): ``O(deg(u) * levels)``,
+    whatever the number of adjacent blocks. ``scratch = (acc, seen, touched)``; ``seen``
+    is left all ``-1``, so a vertex can be evaluated again."""
+    acc, seen, touched = scratch
     a = part[u]
-    nb_ = 0
-    for e in range(xadj[u], xadj[u + 1]):
-        c = part[adjncy[e]]
-        if conn[c] == 0.0:
-            blocks[nb_] = c
-            nb_ += 1
-        conn[c] += adjwgt[e]
+    nt = scatter_connectivity(xadj, adjncy, adjwgt, part, grp, False, u, acc, seen, touched)
     best_b = -1
     best_g = -np.inf
-    cut_mode = grp.shape[0] == 1
-    for i in range(nb_):
-        b = blocks[i]
+    for i in range(nt):
+        b = touched[i]
         if b == a or bw[b] + vwgt[u] > lmax:
             continue
-        if cut_mode:
-            g = (conn[b] - conn[a]) * dist[0]
-        else:
-            g = 0.0
-            for j in range(nb_):
-                c = blocks[j]
-                g += conn[c] * (table_distance(a, c, grp, dist) - table_distance(b, c, grp, dist))
+        g = connectivity_gain(acc, grp, delta, False, a, b, 0.0)
         if g > best_g or (g == best_g and b < best_b):
             best_g = g
             best_b = b
-    for i in range(nb_):
-        conn[blocks[i]] = 0.0
+    clear_connectivity(acc, grp, False, touched, nt)
+    for i in range(nt):
+        seen[touched[i]] = -1
     return best_b, best_g
+
+
+@nb.njit(cache=True, nogil=True)
+def _new_scratch(grp):
+    """The ``scratch`` of :func:`_best_move` for ``k = grp.shape[1]`` blocks."""
+    k = grp.shape[1]
+    return (np.zeros((grp.shape[0], k), dtype=np.float64), np.full(k, -1, dtype=np.int64),
+            np.empty(k, dtype=np.int64))
 
 
 # The move queue: a max-heap of (gain, vertex) entries, larger gain first and the smaller
@@ -115,8 +117,8 @@ def _pop(heap, size):
 
 
 @nb.njit(cache=True, nogil=True)
-def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, search, mark,
-            done, max_stall, moved_v, moved_from, conn, blocks):
+def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, search, mark,
+            done, max_stall, budget, moved_v, moved_from, scratch):
     """The move loop of both flavours, from the queue ``heap[:size]``; returns
     ``(gain, kept, work)``: the best prefix's gain, the vertices it moved (the first
     ``kept`` entries of ``moved_v``) and the edges its gain evaluations scanned.
@@ -124,7 +126,8 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, s
     Pops the best entry, moves its vertex to its best block even at a loss, marks it
     (``mark[u] = search``: a vertex moves once per search) and queues its neighbours
     that are neither marked nor ``done``; stops after ``max_stall`` moves without a new
-    best, then rolls back the moves after the best prefix.
+    best, or once the evaluations have scanned ``budget`` edges, then rolls back the
+    moves after the best prefix.
     """
     cap = heap.shape[0]
     nmoves = 0
@@ -133,12 +136,12 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, s
     best_len = 0
     stall = 0
     work = 0
-    while size > 0 and stall < max_stall:
+    while size > 0 and stall < max_stall and work < budget:
         key, u, size = _pop(heap, size)
         if mark[u] == search or done[u]:
             continue
         work += xadj[u + 1] - xadj[u]
-        b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, conn, blocks)
+        b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, scratch)
         if b < 0:
             continue
         if g < key:
@@ -165,8 +168,8 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, s
             if mark[v] == search or done[v] or size + 1 >= cap:
                 continue
             work += xadj[v + 1] - xadj[v]
-            bv, gv = _best_move(v, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist,
-                                conn, blocks)
+            bv, gv = _best_move(v, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
+                                scratch)
             if bv >= 0:
                 size = _push(heap, size, gv, v)
     for i in range(nmoves - 1, best_len - 1, -1):  # roll back past the best prefix
@@ -180,53 +183,64 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, s
 
 
 @nb.njit(cache=True, nogil=True)
-def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, dist, max_stall):
+def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, delta, max_stall, budget):
     """One global pass: a single search whose queue starts with every boundary vertex."""
     n = part.size
     bw = np.zeros(k, dtype=np.int64)
     for u in range(n):
         bw[part[u]] += vwgt[u]
-    conn = np.zeros(k, dtype=np.float64)
-    blocks = np.empty(k, dtype=np.int64)
+    scratch = _new_scratch(grp)
     cap = 4 * xadj[n] + n + 16  # every push is a vertex or a neighbour update
     heap = np.empty((cap, 2), dtype=np.float64)
     size = 0
     for u in range(n):
         if on_boundary(xadj, adjncy, part, u, part[u]):
-            b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist,
-                              conn, blocks)
+            b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, scratch)
             if b >= 0:
                 size = _push(heap, size, g, u)
     mark = np.zeros(n, dtype=np.int64)
     done = np.zeros(n, dtype=np.uint8)
-    gain, _, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, heap, size, 1,
-                         mark, done, max_stall, np.empty(n, dtype=np.int64),
-                         np.empty(n, dtype=np.int64), conn, blocks)
+    gain, _, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 1,
+                         mark, done, max_stall, budget, np.empty(n, dtype=np.int64),
+                         np.empty(n, dtype=np.int64), scratch)
     return gain
 
 
 def _kernel_inputs(adjwgt, prefix, dist):
-    """Float edge weights, the group table of ``prefix`` and float distances."""
-    return (np.asarray(adjwgt, dtype=np.float64), group_table(np.asarray(prefix, dtype=np.int64)),
-            np.asarray(dist, dtype=np.float64))
+    """Float edge weights and the gain tables ``(grp, delta)`` of the hierarchy."""
+    return (np.asarray(adjwgt, dtype=np.float64), *level_tables(prefix, dist))
+
+
+def _edge_budget(max_work: float | None, xadj) -> int:
+    """``max_work`` times the directed edges, as an edge count (``None``: no cap)."""
+    if max_work is None:
+        return np.iinfo(np.int64).max
+    return int(max_work * max(int(xadj[-1]), 1))
 
 
 def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist, *,
-              max_passes: int = 4, max_stall: int | None = None, min_gain: float = 0.0) -> float:
+              max_passes: int = 4, max_stall: int | None = None, min_gain: float = 0.0,
+              max_work: float | None = None) -> float:
     """Run FM passes on ``part`` (int32, modified in place) until a pass gains nothing.
 
     ``max_stall`` moves without a new best end a pass (default ``max(50, n/100)``);
-    a pass that gains no more than ``min_gain`` ends the refinement.
-    A move's gain is computed over u's own CSR row, i.e. one direction of each edge;
-    J counts both directions, so J decreases by exactly twice the returned value.
+    a pass that gains no more than ``min_gain`` ends the refinement. ``max_work`` caps
+    the edges a pass's gain evaluations scan, in multiples of the directed edges
+    (``None``: no cap): every move re-evaluates the mover's neighbours, so a pass
+    costs about the sum of ``deg(u) * deg(v)`` over the edges it touches, which hubs
+    of power-law graphs make quadratic. A move's gain is computed over u's own CSR
+    row, i.e. one direction of each edge; J counts both directions, so J decreases by
+    exactly twice the returned value.
     """
     n = part.size
     if max_stall is None:
         max_stall = max(50, n // 100)
-    w, grp, dist = _kernel_inputs(adjwgt, prefix, dist)
+    w, grp, delta = _kernel_inputs(adjwgt, prefix, dist)
+    budget = _edge_budget(max_work, xadj)
     total = 0.0
     for _ in range(max_passes):
-        g = _fm_pass(xadj, adjncy, w, vwgt, part, int(k), int(lmax), grp, dist, int(max_stall))
+        g = _fm_pass(xadj, adjncy, w, vwgt, part, int(k), int(lmax), grp, delta, int(max_stall),
+                     budget)
         total += g
         if g <= max(min_gain, 1e-9):
             break
@@ -234,8 +248,8 @@ def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist,
 
 
 @nb.njit(cache=True, nogil=True)
-def _local_searches(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, max_stall, done,
-                    mark, heap, moved_v, moved_from, conn, blocks, budget):
+def _local_searches(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, max_stall, done,
+                    mark, heap, moved_v, moved_from, scratch, budget):
     """One round of localized FM: a search (:func:`_search`) from every boundary vertex,
     by ascending id, that no kept move of this round has touched yet, until the
     searches have scanned ``budget`` edges. Returns ``(gain, edges scanned)``. The
@@ -249,15 +263,14 @@ def _local_searches(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, max_s
         if done[s] or not on_boundary(xadj, adjncy, part, s, part[s]):
             continue
         work += xadj[s + 1] - xadj[s]
-        b, g = _best_move(s, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist, conn,
-                          blocks)
+        b, g = _best_move(s, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, scratch)
         if b < 0:
             continue
         search += 1
         size = _push(heap, 0, g, s)
-        gain, kept, scanned = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, dist,
-                                      heap, size, search, mark, done, max_stall, moved_v,
-                                      moved_from, conn, blocks)
+        gain, kept, scanned = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
+                                      heap, size, search, mark, done, max_stall, budget - work,
+                                      moved_v, moved_from, scratch)
         work += scanned
         for i in range(kept):
             done[moved_v[i]] = 1
@@ -287,23 +300,22 @@ def local_fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix,
     n = part.size
     if n == 0 or k <= 1:
         return 0.0
-    w, grp, dist = _kernel_inputs(adjwgt, prefix, dist)
+    w, grp, delta = _kernel_inputs(adjwgt, prefix, dist)
     vw = np.ascontiguousarray(vwgt, dtype=np.int64)
     bw = pe_loads(part, vw, int(k))[0]
     mark = np.zeros(n, dtype=np.int64)
     heap = np.empty((min(int(xadj[n]) + n + 16, LOCAL_QUEUE_CAP), 2), dtype=np.float64)
     moved_v = np.empty(n, dtype=np.int64)
     moved_from = np.empty(n, dtype=np.int64)
-    conn = np.zeros(k, dtype=np.float64)
-    blocks = np.empty(k, dtype=np.int64)
-    budget = np.iinfo(np.int64).max if max_work is None else int(max_work * max(int(xadj[n]), 1))
+    scratch = _new_scratch(grp)
+    budget = _edge_budget(max_work, xadj)
     total = 0.0
     for _ in range(max_rounds):
         done = np.zeros(n, dtype=np.uint8)
         mark[:] = 0
-        g, work = _local_searches(xadj, adjncy, w, vw, part, bw, int(lmax), grp, dist,
-                                  int(max_stall), done, mark, heap, moved_v, moved_from, conn,
-                                  blocks, budget)
+        g, work = _local_searches(xadj, adjncy, w, vw, part, bw, int(lmax), grp, delta,
+                                  int(max_stall), done, mark, heap, moved_v, moved_from, scratch,
+                                  budget)
         total += g
         budget -= work
         if g <= max(min_gain, 1e-9) or budget <= 0:

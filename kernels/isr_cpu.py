@@ -49,10 +49,10 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .common_cpu import clear_connectivity, connectivity_gain, on_boundary, scatter_connectivity
+from .common_cpu import (clear_connectivity, connectivity_gain, level_tables, on_boundary,
+                         scatter_connectivity)
 from .common_cpu import mix64 as _mix64
-from .jet_cpu import (_apply, _as_float, _cost_of, _judge, _level_tables, _num_chunks,
-                      _prepare, _seed_key, _strong_moves, _traffic, _weak_moves, block_weights, cost)
+from .jet_cpu import (_apply, _as_float, _cost_of, _judge, _num_chunks, _prepare, _seed_key, _strong_moves, _traffic, _weak_moves, block_weights, cost)
 
 __all__ = ["HARD_CAP", "block_weights", "cost", "isr_moves", "isr_refine", "step_key"]
 
@@ -85,7 +85,7 @@ def _isr_propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, k, grp, delta, cut_
                  dest, gain):
     """Best legal destination of every boundary vertex (step 1 of the module docstring).
 
-    ``grp``/``delta`` are ``jet_cpu._level_tables``. Writes ``dest[u]`` (-1: none)
+    ``grp``/``delta`` are ``common_cpu.level_tables``. Writes ``dest[u]`` (-1: none)
     and ``gain[u]`` (0 for none). Connectivities and gains are computed exactly as
     in ``jet_cpu._lp_propose`` (the GPU twin reproduces them bit for bit).
     """
@@ -191,7 +191,7 @@ class _Tables:
 
     def __init__(self, n: int, k: int, prefix: np.ndarray, dist: np.ndarray):
         self.cut_mode = prefix.size == 1
-        self.grp, self.delta = _level_tables(prefix, dist)
+        self.grp, self.delta = level_tables(prefix, dist)
         self.nchunks = _num_chunks(n, k)
         self.dest = np.empty(n, dtype=np.int32)
         self.gain = np.empty(n, dtype=np.float64)

@@ -65,8 +65,8 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from .common_cpu import (clear_connectivity, connectivity_gain, group_table, on_boundary,
-                         scatter_connectivity, table_distance, table_level)
+from .common_cpu import (clear_connectivity, connectivity_gain, group_table, level_tables,
+                         on_boundary, scatter_connectivity, table_distance, table_level)
 from .common_cpu import mix64 as _mix64
 from .objective_cpu import level_traffic, pe_loads
 
@@ -350,13 +350,6 @@ def _as_float(adjwgt):
     return adjwgt if adjwgt.dtype == np.float64 else adjwgt.astype(np.float64)
 
 
-def _level_tables(prefix, dist):
-    """``grp`` (:func:`.common_cpu.group_table`) and ``delta`` of the group-connectivity gain
-    (module docstring)."""
-    delta = np.diff(np.concatenate(([0.0], dist))).astype(np.float64)
-    return group_table(prefix), delta
-
-
 def _lp_moves(xadj, adjncy, adjwgt, part, k, prefix, dist, locked, filter_ratio, active=None,
               dest=None, gain=None):
     """Run both LP kernels; return ``(moved vertices, full dest array)``.
@@ -370,7 +363,7 @@ def _lp_moves(xadj, adjncy, adjwgt, part, k, prefix, dist, locked, filter_ratio,
     """
     n = part.size
     cut_mode = prefix.size == 1
-    grp, delta = _level_tables(prefix, dist)
+    grp, delta = level_tables(prefix, dist)
     adjwgt = _as_float(adjwgt)
     if active is None:
         active = np.arange(n, dtype=np.int32)
@@ -850,7 +843,7 @@ def _apply(xadj, adjncy, adjwgt, vwgt, part, prefix, k, moves, target, bw, traff
 
 # ------------------------------------------------------------------ refinement loop
 #: The graph as the compiled loop sees it (``fwgt``: float64 weights for the gains;
-#: ``grp``/``delta``: :func:`_level_tables`).
+#: ``grp``/``delta``: :func:`.common_cpu.level_tables`).
 _Graph = namedtuple("_Graph", ["xadj", "adjncy", "adjwgt", "fwgt", "vwgt", "prefix", "dist",
                                "grp", "delta"])
 
@@ -1202,7 +1195,7 @@ def _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi):
     if not 0.0 < phi <= 1.0:
         raise ValueError(f"phi must lie in (0, 1], got {phi}")  # > 1 need not terminate
     g = _Graph(xadj, adjncy, adjwgt, _as_float(adjwgt), vwgt, prefix, dist,
-               *_level_tables(prefix, dist))
+               *level_tables(prefix, dist))
     return g, part
 
 

@@ -105,7 +105,7 @@ class _Graph:
             if self.dist_h.shape != self.prefix_h.shape:
                 raise ValueError("prefix and dist must have the same length")
             self.dist = cp.asarray(self.dist_h)
-            # the CPU's _level_tables: P_t of level-t groups (P_0 = 1), d_{t+1} - d_t
+            # the CPU's common_cpu.level_tables: P_t of level-t groups (P_0 = 1), d_{t+1} - d_t
             self.div = cp.asarray(np.concatenate(([1], self.prefix_h[:-1])).astype(np.int64))
             self.delta = cp.asarray(np.diff(np.concatenate(([0.0], self.dist_h))))
 

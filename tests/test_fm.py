@@ -59,13 +59,15 @@ def _random_graph(n, m, seed):
 
 
 GLOBAL = fm_cpu.fm_refine
+GLOBAL_CAPPED = functools.partial(fm_cpu.fm_refine, max_work=0.5)
 LOCAL_STALL_1 = functools.partial(fm_cpu.local_fm_refine, max_stall=1, max_rounds=3)
 LOCAL = functools.partial(fm_cpu.local_fm_refine, max_rounds=3)
 LOCAL_STALL_40 = functools.partial(fm_cpu.local_fm_refine, max_stall=40, max_rounds=3)
 
 
-@pytest.mark.parametrize("refine", [GLOBAL, LOCAL_STALL_1, LOCAL, LOCAL_STALL_40],
-                         ids=["global", "local-stall-1", "local", "local-stall-40"])
+@pytest.mark.parametrize("refine", [GLOBAL, GLOBAL_CAPPED, LOCAL_STALL_1, LOCAL, LOCAL_STALL_40],
+                         ids=["global", "global-capped", "local-stall-1", "local",
+                              "local-stall-40"])
 @pytest.mark.parametrize("graph, levels, dists", [
     (grid_graph((40, 30)), (4,), (1.0,)),                  # cut mode
     (grid_graph((40, 30)), (2, 2, 3), (1.0, 10.0, 100.0)),
@@ -145,3 +147,34 @@ def test_local_fm_work_cap_bounds_the_searches():
     assert evaluate(g, h, p).J == pytest.approx(before - 2 * capped, rel=1e-12)
     assert np.bincount(p, weights=g.vwgt, minlength=6).max() <= lmax
     assert capped == again and np.array_equal(p, p2)
+
+
+def _hub_graph(n: int, hubs: int, seed: int) -> CommGraph:
+    """A few hubs linked to most vertices plus a sparse random rest: a power-law-like
+    graph, where every move next to a hub re-evaluates the hub's whole row."""
+    rng = np.random.default_rng(seed)
+    spokes = rng.integers(hubs, n, 40 * n)
+    src = np.concatenate([spokes % hubs, rng.integers(0, n, 3 * n)])
+    dst = np.concatenate([spokes, rng.integers(0, n, 3 * n)])
+    return CommGraph.from_edges(src, dst, rng.integers(1, 9, src.size), n=n)
+
+
+def test_global_fm_work_cap_bounds_a_pass_on_hubs():
+    g = _hub_graph(3000, 8, 2)
+    h = Hierarchy((4, 4), (1.0, 10.0))
+    part = (np.random.default_rng(3).permutation(g.n) % h.k).astype(np.int32)
+    lmax = int(np.ceil(1.05 * g.n / h.k))
+    args = (g.xadj, g.adjncy, g.adjwgt, g.vwgt)
+    rest = (h.k, lmax, h.prefix_sizes, np.asarray(h.distances))
+    none = part.copy()
+    assert fm_cpu.fm_refine(*args, none, *rest, max_work=0) == 0.0
+    assert np.array_equal(none, part)  # no budget: no move
+    before = evaluate(g, h, part).J
+    gains = {}
+    for cap in (0.2, 2.0, None):
+        p = part.copy()
+        gains[cap] = fm_cpu.fm_refine(*args, p, *rest, max_passes=1, max_work=cap)
+        assert evaluate(g, h, p).J == pytest.approx(before - 2 * gains[cap], rel=1e-12)
+        assert np.bincount(p, minlength=h.k).max() <= lmax
+    assert 0 < gains[0.2] < gains[None]  # the cap stopped the pass early
+    assert gains[0.2] <= gains[2.0] <= gains[None]

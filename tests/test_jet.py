@@ -8,7 +8,7 @@ import pytest
 from procmap.graph import CommGraph
 from procmap.generators import grid_graph, random_geometric_graph
 from procmap.kernels import jet_cpu as jet
-from procmap.kernels.common_cpu import group_table, level_index, mix64, table_level
+from procmap.kernels.common_cpu import group_table, level_index, level_tables, mix64, table_level
 from procmap.objective import evaluate
 from procmap.topology import Hierarchy
 
@@ -55,7 +55,7 @@ def test_lp_proposals_match_equation_1(h):
     part = random_balanced(g.n, k, 1)
     D = h.distance_matrix()
     prefix, dist = h.prefix_sizes, np.asarray(h.distances)
-    grp, delta = jet._level_tables(prefix, dist)
+    grp, delta = level_tables(prefix, dist)
     dest = np.empty(g.n, np.int32)
     gain = np.empty(g.n)
     cut_mode = prefix.size == 1

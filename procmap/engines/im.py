@@ -25,7 +25,8 @@ from procmap.kernels.backend import to_host
 from procmap.kernels.fm_cpu import fm_refine
 
 from .hm import hierarchical_multisection
-from .multilevel import GPU_JET_ITERS, GPU_POLISH_ITERS, GPU_POLISH_PHI, JET_PHI, coarsen
+from .multilevel import (FM_WORK, GPU_JET_ITERS, GPU_POLISH_ITERS, GPU_POLISH_PHI, JET_PHI,
+                         coarsen)
 from .splitters import jet_splitter
 
 #: im coarsens to ``COARSEN_FACTOR * k`` vertices before the initial hm. GPU-HeiPa uses
@@ -110,7 +111,7 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
             # a pass's gain counts one direction of each edge: J / 2 is the scale
             fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,
                       max_passes=FM_PASSES, max_stall=max(50, g.n // FM_STALL_DIVISOR),
-                      min_gain=FM_MIN_GAIN * cost / 2)
+                      min_gain=FM_MIN_GAIN * cost / 2, max_work=FM_WORK)
     pes = to_host(pes)
     seconds["refinement"] = time.perf_counter() - t0
     return np.asarray(pes, dtype=np.int32)

@@ -102,6 +102,11 @@ LOCAL_FM_STALL = 10
 #: the eight benchmark instances, J: uncapped 1,061,772, 10 1,061,174, 5 1,063,350, 2
 #: 1,067,189, with times within the VM's noise.
 LOCAL_FM_WORK = 5.0
+#: A global FM pass scans at most this many times the level's directed edges
+#: (``fm_refine(max_work=...)``): each move re-evaluates the mover's neighbours, which
+#: costs the product of their degrees, so on power-law graphs the hubs made passes
+#: quadratic. On meshes, Delaunay and rgg graphs the passes stop well before the cap.
+FM_WORK = 3.0
 
 
 @dataclass
@@ -335,7 +340,7 @@ def _vcycle(xadj, adjncy, adjwgt, vwgt, k, lmax, eps, seed, ultra, prefix, dist,
                                         phi=phi)
         if host_fm:
             value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
-                                     dist)
+                                     dist, max_work=FM_WORK)
             if local_fm and g.n <= LOCAL_FM_MAX_N:
                 value -= 2.0 * local_fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
                                                prefix, dist, max_stall=LOCAL_FM_STALL,
