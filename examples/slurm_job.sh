@@ -44,9 +44,13 @@ if procmap slurm "$COMM" --hierarchy "$HIERARCHY" --distance "$DISTANCE" \
     # each task's core (PROCMAP_CPU) and the wrapper procmap_bind.sh binds the task
     # before it execs the application (a TaskProlog cannot bind: Slurm sets the
     # affinity before it runs, and 24.11 removed SLURM_PROLOG_CPU_MASK).
+    # procmap prints a map_cpu line only where srun accepts it: one list for every
+    # node, and whole nodes (on a partial node it prints the wrapper's line instead).
     MAP_CPU=$(python3 -c 'import json, sys
-cpus = json.load(open(sys.argv[1]))["common_cpu_list"]
-print(",".join(map(str, cpus)) if cpus else "")' "$REPORT")
+report = json.load(open(sys.argv[1]))
+cpus = report["common_cpu_list"]
+uses_map = any("--cpu-bind=map_cpu:" in c for c in report["commands"])
+print(",".join(map(str, cpus)) if cpus and uses_map else "")' "$REPORT")
     # 3. Run. SLURM_HOSTFILE is set for this srun only: exported at submission
     #    it would clash with --nodes.
     if [ -n "$MAP_CPU" ]; then

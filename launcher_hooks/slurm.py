@@ -43,7 +43,7 @@ __all__ = ["PROLOG_ENV", "hostfile_text", "write_hostfile", "rank_map_text", "wr
            "srun_line", "per_node_cpu_lists", "common_cpu_list", "is_prolog_context", "fallback_nodes",
            "call_with_deadline", "run_with_deadline", "fork_is_safe", "process_age",
            "MappingTimeout", "ChildFailed", "PROLOG_TIMEOUT", "taskprolog_path", "bind_wrapper_path",
-           "one_line"]
+           "one_line", "step_is_partial"]
 
 
 T = TypeVar("T")
@@ -120,6 +120,35 @@ def srun_line(n: int, cpus: Sequence[int] | None = None, app: str = "./app",
     if wrapper is not None:
         words += ["--cpu-bind=none", wrapper]
     return shlex.join(words) + f" {app}"
+
+
+def step_is_partial(online_file: str = "/sys/devices/system/cpu/online") -> bool:
+    """Inside a Slurm job, whether this process may use only part of this node's CPUs.
+
+    A job step (the batch script too) is confined to the CPUs its job holds on the
+    node. When that is a part of the node, ``--cpu-bind=map_cpu:`` with node-local
+    core numbers fails ("CPU binding outside of job step allocation", verified on
+    22.05): the step owns CPU 1, say, and the list names CPU 0. ``False`` outside a
+    job (``SLURM_JOB_ID`` unset) or where the affinity or the online CPUs are unknown.
+    """
+    if not os.environ.get("SLURM_JOB_ID") or not hasattr(os, "sched_getaffinity"):
+        return False
+    try:
+        allowed = os.sched_getaffinity(0)
+        with open(online_file) as fh:
+            online = _cpu_set(fh.read())
+    except (OSError, ValueError):
+        return False
+    return bool(online) and allowed < online
+
+
+def _cpu_set(text: str) -> set[int]:
+    """``0-3,8`` (a Linux CPU list) as a set."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
 
 
 def common_cpu_list(lists: Sequence[tuple[str, list[int]]]) -> list[int] | None:

@@ -75,29 +75,38 @@ def slurm_outputs(args, placed_node: np.ndarray, placed_core: np.ndarray,
     n = int(placed_node.size)
     lists = slurm.per_node_cpu_lists(hosts, placed_node, placed_core)
     common = slurm.common_cpu_list(lists)
+    # A partial node: map_cpu's node-local cores are not the step's CPUs there, and
+    # srun refuses the step; the wrapper binds core c to the c-th CPU the step owns.
+    partial = args.cpu_bind and common is not None and slurm.step_is_partial()
+    wrap = args.cpu_bind and (common is None or partial)
     rank_map = args.rank_map
-    if args.cpu_bind and common is None and rank_map is None:
+    if wrap and rank_map is None:
         rank_map = args.output + ".ranks"  # needed by the TaskProlog to bind per task
     hostfile = os.path.abspath(args.output)
     commands: list[tuple[str, str]] = []
     notes: list[str] = []
-    if args.cpu_bind and common is None:
+    if partial:
+        notes.append("this job holds only part of this node's CPUs, where srun refuses "
+                     "--cpu-bind=map_cpu: with node-local cores ('CPU binding outside of job "
+                     "step allocation'): procmap_bind.sh binds instead")
+    if wrap:
         exports = (f"export SLURM_HOSTFILE={hostfile} PROCMAP_RANK_MAP={os.path.abspath(rank_map)} "
                    "PROCMAP_BIND=1")
         commands.append(("", exports))
         commands.append(("", slurm.srun_line(n, None, args.app, slurm.taskprolog_path(),
                                              slurm.bind_wrapper_path())))
-        notes.append("the nodes need different map_cpu lists, but srun applies one list "
-                     "to every node: the TaskProlog exports each task's core from the rank map "
-                     "(PROCMAP_CPU) and procmap_bind.sh binds the task to it before it execs "
-                     "the application (works on Slurm 22.05 to 24.x)")
+        if common is None:
+            notes.append("the nodes need different map_cpu lists, but srun applies one list "
+                         "to every node: the TaskProlog exports each task's core from the rank "
+                         "map (PROCMAP_CPU) and procmap_bind.sh binds the task to it before it "
+                         "execs the application (works on Slurm 22.05 to 24.x)")
     else:
         commands.append(("", f"export SLURM_HOSTFILE={hostfile}"))
         commands.append(("", slurm.srun_line(n, common if args.cpu_bind else None, args.app)))
         if rank_map is not None:
             notes.append(f"for in-application use, export PROCMAP_RANK_MAP={os.path.abspath(rank_map)} "
                          f"and add --task-prolog={slurm.taskprolog_path()}")
-    if args.cpu_bind and common is None:
+    if wrap:
         notes.append("on a partial node procmap_bind.sh binds core c to the c-th CPU the step "
                      "owns there; a task it cannot bind runs unbound after one "
                      "'procmap_bind: ...' line on stderr")

@@ -410,6 +410,7 @@ def slurm_env(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-3]")
     monkeypatch.setenv("SLURM_JOB_CPUS_PER_NODE", "4(x3)")
     monkeypatch.setenv("SLURM_NTASKS", "12")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)  # not a partial node of a real job
 
 
 def test_slurm_env_to_hostfile(tmp_path, small_graph, capsys, slurm_env, monkeypatch):
@@ -448,6 +449,36 @@ def test_slurm_hosts_override_and_not_in_slurm(tmp_path, small_graph, capsys):
     assert "not inside a Slurm job" in capsys.readouterr().err and not out.exists()
     assert run_cli(["slurm", small_graph, "-H", "2:2:3", "--hosts", "x[1-3]", "-o", out]) == 0
     assert set(out.read_text().split()) <= {"x1", "x2", "x3"}
+
+
+def test_step_is_partial_compares_affinity_with_online_cpus(tmp_path, monkeypatch):
+    online = tmp_path / "online"
+    mine = sorted(os.sched_getaffinity(0))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    online.write_text(f"0-{max(mine) + 1}\n")
+    assert not slurm.step_is_partial(str(online))          # not inside a job
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert slurm.step_is_partial(str(online))              # a CPU the step does not own
+    online.write_text(",".join(map(str, mine)) + "\n")
+    assert not slurm.step_is_partial(str(online))          # the whole node
+    assert not slurm.step_is_partial(str(tmp_path / "missing"))
+
+
+def test_slurm_partial_node_uses_the_wrapper(tmp_path, small_graph, capsys, slurm_env,
+                                             monkeypatch):
+    # srun refuses map_cpu with node-local cores on a partial node ("CPU binding
+    # outside of job step allocation"): the wrapper's line, which maps core c to the
+    # c-th CPU the step owns, even though one list would fit every node.
+    fixed_mapper(monkeypatch, lambda g, t: baselines.block(g.n, t))
+    monkeypatch.setattr(slurm, "step_is_partial", lambda: True)
+    out = tmp_path / "hosts"
+    assert run_cli(["slurm", small_graph, "-H", "2:2:3", "-o", out, "--cpu-bind", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["common_cpu_list"] == [0, 1, 2, 3]
+    assert not any("map_cpu" in c for c in result["commands"])
+    assert result["commands"][-1].endswith(f"--cpu-bind=none {slurm.bind_wrapper_path()} ./app")
+    assert result["rank_map"] == f"{out}.ranks" and (tmp_path / "hosts.ranks").exists()
+    assert any("part of this node's CPUs" in note for note in result["notes"])
 
 
 def test_slurm_different_lists_use_the_taskprolog(tmp_path, small_graph, capsys, slurm_env,
