@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -800,6 +801,24 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if argv is None:  # the procmap process itself: only the interpreter's exit is left
             _ignore_signals_while_exiting()
+
+
+def console() -> None:
+    """The ``procmap`` executable: :func:`main`, then an immediate process exit.
+
+    Every output has been written, closed and renamed by then, so the interpreter's
+    teardown (freeing a large graph's arrays, Numba's and CuPy's clean-up, which take
+    tenths of a second on large inputs) is skipped: the user gets the prompt back when
+    the work is done. ``--help``, ``--version`` and ``--debug`` tracebacks leave the
+    normal way.
+    """
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (procmap ... | head): nothing to lose
+            pass
+    os._exit(status)
 
 
 def _in_prolog(argv: list[str] | None) -> bool:
