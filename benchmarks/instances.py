@@ -4,9 +4,11 @@
     g = get("rgg17")
 
 Every instance is generated once and cached as a scipy ``.npz`` (procmap.formats.write_graph)
-under the cache dir: ``$PROCMAP_BENCH_CACHE`` or ``/tmp/procmap-bench-cache``. All graphs have
-unit edge and vertex weights. rgg/Delaunay use point seed 1 (the seed of
-the peer results quoted in benchmarks/README.md, whose graph sizes they reproduce).
+under the cache dir: ``$PROCMAP_BENCH_CACHE`` or ``/tmp/procmap-bench-cache``. The papers'
+graphs have unit edge and vertex weights. rgg/Delaunay use point seed 1 (the seed of
+the peer results quoted in benchmarks/README.md, whose graph sizes they reproduce). The
+robustness families of issue #22 (``rmat*``, ``chunglu*``, ``stencil27_*``, ``road*``,
+``spread_del*``, ``islands*``) come from benchmarks/families.py, seed 1.
 
     python benchmarks/instances.py [names...]   # generate (or load) and print sizes
 """
@@ -16,6 +18,8 @@ import os
 import sys
 import time
 from typing import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # families.py beside this file
 
 from procmap.formats import read_graph, write_graph
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
@@ -44,6 +48,37 @@ INSTANCES: dict[str, Callable[[], CommGraph]] = {
     "grid2d_16M": lambda: grid_graph((4096, 4096)),
     "grid3d_16M": lambda: grid_graph((256, 256, 256)),
 }
+
+# The robustness families of issue #22 (benchmarks/families.py; seed 1 everywhere), a 2^17
+# version of each for quick runs and a 2^20 one for the issue's target.
+def _families() -> dict[str, Callable[[], CommGraph]]:
+    import families as fam
+
+    return {
+        "rmat16": lambda: fam.rmat(16, seed=POINT_SEED),
+        "rmat17": lambda: fam.rmat(17, seed=POINT_SEED),
+        "rmat20": lambda: fam.rmat(20, seed=POINT_SEED),
+        "rmat22": lambda: fam.rmat(22, seed=POINT_SEED),
+        "chunglu17": lambda: fam.chung_lu(2**17, avg_degree=16, exponent=2.5, seed=POINT_SEED),
+        "chunglu20": lambda: fam.chung_lu(2**20, avg_degree=16, exponent=2.5, seed=POINT_SEED),
+        "stencil27_125k": lambda: fam.stencil27(50, 50, 50),
+        "stencil27_1M": lambda: fam.stencil27(101, 101, 101),
+        "stencil27_4M": lambda: fam.stencil27(160, 160, 160),
+        "road17": lambda: fam.road_like(2**17, keep=0.2, seed=POINT_SEED),
+        "road20": lambda: fam.road_like(2**20, keep=0.2, seed=POINT_SEED),
+        "spread_del17": lambda: fam.spread_weights(get("del17"), decades=4, seed=POINT_SEED),
+        "spread_del20": lambda: fam.spread_weights(get("del20"), decades=4, seed=POINT_SEED),
+        "islands17": lambda: fam.with_isolated(get("del17"), fraction=0.2, components=2**17 // 64,
+                                               seed=POINT_SEED),
+        "islands20": lambda: fam.with_isolated(get("del20"), fraction=0.2, components=2**20 // 64,
+                                               seed=POINT_SEED),
+    }
+
+
+INSTANCES.update(_families())
+FAMILIES_SMALL = ("rmat17", "chunglu17", "stencil27_125k", "road17", "spread_del17", "islands17")
+FAMILIES_LARGE = ("rmat20", "chunglu20", "stencil27_1M", "road20", "spread_del20", "islands20")
+FAMILIES_HUGE = ("rmat22", "stencil27_4M")
 SMALL = ("grid2d", "grid3d", "rgg17", "del17")
 LARGE = ("grid2d_1M", "grid3d_1M", "rgg20", "del20")
 HUGE = ("rgg23", "del23", "grid2d_8M", "grid3d_8M", "rgg24", "del24", "grid2d_16M", "grid3d_16M")
