@@ -1,23 +1,28 @@
 """Numba passes of the direct METIS reader (``procmap.formats.metis``, issue 21).
 
 A METIS file *is* the CSR matrix: kept line ``i`` after the header lists the
-neighbours of vertex ``i``. The reader therefore never builds COO arrays:
+neighbours of vertex ``i``. The reader never builds COO arrays, nor any array
+per line; after the header (found by :func:`procmap.kernels.text_cpu.first_line`)
+the bytes are cut into line-aligned chunks (:func:`procmap.kernels.comm_cpu.chunk_starts`)
+and read twice, both times in parallel over the chunks:
 
-1. :func:`scan_lines` (serial, one pass over the bytes) finds every kept line
-   (comment lines skipped, blank lines kept, exactly as
-   :func:`procmap.formats.tokenizer.tokenize` with ``keep_blank=True`` does),
-   its first byte, its 1-based file line and its number of tokens;
-2. the token counts give the degrees, hence ``xadj``;
-3. :func:`fill_rows` (parallel over blocks of rows) parses each line's integers
-   straight into ``adjncy`` (int32, 0-based), ``adjwgt`` (int64) and ``vwgt``.
+1. :func:`count_lines` counts each chunk's kept lines (comment lines skipped,
+   blank lines kept, exactly as :func:`procmap.formats.tokenizer.tokenize` with
+   ``keep_blank=True`` does) and tokens. Prefix sums give each chunk its first
+   vertex and, from the token counts, its first CSR entry;
+2. :func:`fill_rows` parses each chunk's lines straight into ``adjncy`` (int32,
+   0-based), ``adjwgt`` (int64), ``vwgt`` and ``xadj`` (each line writes the end
+   of its own row).
 
 These passes only accept the plain case: tokens made of decimal digits alone (at
-most 18, so no overflow is possible), neighbour ids in ``1..n``. Anything else
-(signs, ``2.0``, ``1e3``, huge integers, garbage, an id out of range) is reported
-as the first *irregular* row; the reader then re-reads the file with the general
-tokenizer path, which accepts what the format allows and words every error with
-its file line. Self loops, zero weights and unsorted rows are counted so the
-reader can fix (or hand over) only when they occur.
+most 18, so no overflow is possible), neighbour ids in ``1..n``, the token count
+of every line right for ``fmt``, only blank lines after the ``n``-th vertex line.
+Anything else (signs, ``2.0``, ``1e3``, huge integers, garbage, an id out of
+range, a line with a token too few) makes :func:`fill_rows` report failure; the
+reader then re-reads the file with the general tokenizer path, which accepts what
+the format allows and words every error with its file line. Self loops, zero
+weights and unsorted rows are counted so the reader can fix (or hand over) only
+when they occur.
 """
 from __future__ import annotations
 
@@ -25,148 +30,131 @@ import numba as nb
 import numpy as np
 
 from .common_cpu import sort_row
-from .text_cpu import is_space, next_int
-
-#: Rows per block of :func:`fill_rows` (the unit of parallel work).
-BLOCK_ROWS = 4096
+from .text_cpu import is_space, next_int, scan_line
 
 
 @nb.njit(cache=True, nogil=True)
-def count_newlines(data):
-    """Number of ``\\n`` bytes (an upper bound, minus one, of the line count)."""
-    count = 0
-    for i in range(data.size):
-        if data[i] == 10:
-            count += 1
-    return count
+def _count_chunk(data, comment, lo, hi):
+    lines = 0
+    tokens = 0
+    pos = lo
+    while pos < hi:
+        ntok, pos = scan_line(data, pos, hi, comment)
+        if ntok >= 0:
+            lines += 1
+            tokens += ntok
+    return lines, tokens
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def count_lines(data, comment, starts):
+    """Kept lines (blank ones included, comment lines not) and tokens of every chunk
+    ``data[starts[b]:starts[b+1]]``: two arrays of ``starts.size - 1`` counts."""
+    nchunks = starts.size - 1
+    lines = np.zeros(nchunks, dtype=np.int64)
+    tokens = np.zeros(nchunks, dtype=np.int64)
+    for b in nb.prange(nchunks):
+        lines[b], tokens[b] = _count_chunk(data, comment, starts[b], starts[b + 1])
+    return lines, tokens
 
 
 @nb.njit(cache=True, nogil=True)
-def scan_lines(data, comment, line_byte, line_tokens, line_no):
-    """Record every kept line: first byte, number of tokens, 1-based file line.
-
-    A line whose first non-blank byte is ``comment`` is skipped; ``comment``
-    elsewhere ends the line's tokens; blank lines are kept. A token is a maximal
-    run of bytes that are neither blank, newline nor ``comment`` (its syntax is
-    checked by :func:`fill_rows`). Returns the number of kept lines.
-    """
-    n = data.size
-    pos = 0
-    lineno = 0
-    nlines = 0
-    while pos < n:
-        lineno += 1
-        while pos < n and data[pos] != 10 and is_space(data[pos]):
-            pos += 1
-        if pos < n and data[pos] == comment:
-            while pos < n and data[pos] != 10:
-                pos += 1
-            pos += 1
-            continue
-        start = pos
-        ntok = 0
-        while pos < n:
-            c = data[pos]
-            if c == 10:
-                break
-            if is_space(c):
-                pos += 1
-                continue
-            if c == comment:
-                while pos < n and data[pos] != 10:
-                    pos += 1
-                break
-            ntok += 1
-            pos += 1
-            while pos < n:
-                c = data[pos]
-                if c == 10 or c == comment or is_space(c):
-                    break
-                pos += 1
-        line_byte[nlines] = start
-        line_tokens[nlines] = ntok
-        line_no[nlines] = lineno
-        nlines += 1
-        pos += 1
-    return nlines
-
-
-@nb.njit(cache=True, nogil=True)
-def _fill_block(data, comment, line_byte, xadj, lo, hi, has_size, has_vwgt, has_ewgt,
-                adjncy, adjwgt, vwgt):
-    """Parse rows ``lo..hi-1``; returns ``(first irregular row or -1, self loops,
-    zero weights, unsorted rows)``."""
+def _fill_chunk(data, comment, lo, hi, k, e, stop, has_size, has_vwgt, has_ewgt, xadj, adjncy,
+                adjwgt, vwgt):
+    """Parse the kept lines of ``data[lo:hi]``, vertex ``k`` first, into entries
+    ``e..stop-1``. Returns ``(regular, self loops, zero weights, unsorted rows)``."""
     n = xadj.size - 1
     loops = 0
     zeros = 0
     unsorted = 0
-    for u in range(lo, hi):
-        pos = line_byte[u]
+    pos = lo
+    while pos < hi:
+        while pos < hi and data[pos] != 10 and is_space(data[pos]):
+            pos += 1
+        if pos < hi and data[pos] == comment:
+            while pos < hi and data[pos] != 10:
+                pos += 1
+            pos += 1
+            continue
+        if k >= n:  # only blank lines may follow the n-th vertex line
+            if pos < hi and data[pos] != 10:
+                return False, loops, zeros, unsorted
+            pos += 1
+            k += 1
+            continue
         if has_size:
-            value, pos = next_int(data, pos, data.size, comment)
+            value, pos = next_int(data, pos, hi, comment)
             if value < 0:
-                return u, loops, zeros, unsorted
+                return False, loops, zeros, unsorted
         if has_vwgt:
-            value, pos = next_int(data, pos, data.size, comment)
+            value, pos = next_int(data, pos, hi, comment)
             if value < 0:
-                return u, loops, zeros, unsorted
-            vwgt[u] = value
+                return False, loops, zeros, unsorted
+            vwgt[k] = value
         prev = -1
         sorted_row = True
-        for e in range(xadj[u], xadj[u + 1]):
-            value, pos = next_int(data, pos, data.size, comment)
-            if value < 1 or value > n:
-                return u, loops, zeros, unsorted
+        while True:
+            while pos < hi and is_space(data[pos]):
+                pos += 1
+            if pos >= hi:
+                break
+            c = data[pos]
+            if c == 10 or c == comment:  # the end of the line
+                while pos < hi and data[pos] != 10:
+                    pos += 1
+                pos += 1
+                break
+            value, pos = next_int(data, pos, hi, comment)
+            if value < 1 or value > n or e >= stop:
+                return False, loops, zeros, unsorted
             v = value - 1
             adjncy[e] = v
-            if v == u:
+            if v == k:
                 loops += 1
             if v <= prev:
                 sorted_row = False
             prev = v
             if has_ewgt:
-                value, pos = next_int(data, pos, data.size, comment)
+                value, pos = next_int(data, pos, hi, comment)
                 if value < 0:
-                    return u, loops, zeros, unsorted
+                    return False, loops, zeros, unsorted
                 if value == 0:
                     zeros += 1
                 adjwgt[e] = value
             else:
                 adjwgt[e] = 1
+            e += 1
         if not sorted_row:
             unsorted += 1
-    return -1, loops, zeros, unsorted
+        xadj[k + 1] = e
+        k += 1
+    return e == stop, loops, zeros, unsorted
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def fill_rows(data, comment, line_byte, xadj, has_size, has_vwgt, has_ewgt, adjncy, adjwgt,
-              vwgt):
-    """Parse every vertex line into the CSR arrays, in parallel blocks of rows.
+def fill_rows(data, comment, starts, first_vertex, first_entry, has_size, has_vwgt, has_ewgt,
+              xadj, adjncy, adjwgt, vwgt):
+    """Parse every chunk's vertex lines into the CSR arrays, in parallel.
 
-    ``line_byte[u]`` is the first byte of vertex ``u``'s line; ``xadj`` comes from
-    the token counts, so each row's output range is known. Returns ``(first
-    irregular row or -1, self loops, zero weights, unsorted rows)``; the counts
-    cover every row only when no row is irregular.
+    Chunk ``b`` starts at vertex ``first_vertex[b]`` and entry ``first_entry[b]``
+    (prefix sums of :func:`count_lines`). Returns ``(regular, self loops, zero
+    weights, unsorted rows)``; the counts are meaningful only when every line is
+    regular (and then every ``xadj[1:]`` entry has been written).
     """
-    n = xadj.size - 1
-    blocks = (n + BLOCK_ROWS - 1) // BLOCK_ROWS
-    bad = np.full(blocks, -1, dtype=np.int64)
-    loops = np.zeros(blocks, dtype=np.int64)
-    zeros = np.zeros(blocks, dtype=np.int64)
-    unsorted = np.zeros(blocks, dtype=np.int64)
-    for b in nb.prange(blocks):
-        lo = b * BLOCK_ROWS
-        hi = min(lo + BLOCK_ROWS, n)
-        r, lp, z, us = _fill_block(data, comment, line_byte, xadj, lo, hi, has_size, has_vwgt,
-                                   has_ewgt, adjncy, adjwgt, vwgt)
-        bad[b] = r
+    nchunks = starts.size - 1
+    ok = np.ones(nchunks, dtype=np.bool_)
+    loops = np.zeros(nchunks, dtype=np.int64)
+    zeros = np.zeros(nchunks, dtype=np.int64)
+    unsorted = np.zeros(nchunks, dtype=np.int64)
+    for b in nb.prange(nchunks):
+        r, lp, z, us = _fill_chunk(data, comment, starts[b], starts[b + 1], first_vertex[b],
+                                   first_entry[b], first_entry[b + 1], has_size, has_vwgt,
+                                   has_ewgt, xadj, adjncy, adjwgt, vwgt)
+        ok[b] = r
         loops[b] = lp
         zeros[b] = z
         unsorted[b] = us
-    for b in range(blocks):
-        if bad[b] >= 0:
-            return bad[b], 0, 0, 0
-    return -1, loops.sum(), zeros.sum(), unsorted.sum()
+    return ok.all(), loops.sum(), zeros.sum(), unsorted.sum()
 
 
 @nb.njit(cache=True, nogil=True)

@@ -136,3 +136,63 @@ def test_written_file_reads_back(tmp_path):
     data = path.read_bytes()
     fast = _read_direct(data, path)
     assert fast is not None and _same(fast, graph)
+
+
+# ------------------------------------------------------------ the parallel chunked scan
+@pytest.mark.parametrize("fmt", [0, 1, 10, 11, 100, 101, 110, 111])
+def test_any_chunking_gives_the_same_graph(fmt):
+    """Chunk borders anywhere (many chunks of a few lines, empty chunks), CRLF."""
+    rng = np.random.default_rng(fmt + 1000)
+    data = _random_file(rng, 300, fmt, comments=True, loops=True, shuffle=True)
+    for text in (data, data.replace(b"\n", b"\r\n")):
+        expected = _read_general(text, "x")
+        for nchunks in (1, 3, 64, 1000):
+            fast = _read_direct(text, "x", nchunks)
+            assert fast is not None, (fmt, nchunks)
+            assert _same(fast, expected)
+
+
+def test_every_chunk_border_of_a_small_file():
+    data = (b"% head\n\n  \n5 4 011 1 % header comment\n3 2 1 4 1 % c\n%mid\n 4 1 1 4 5 \r\n"
+            b"  % indented comment\n7\n1 1 1 2 5 5 2\n2 4 2\n\n   \n% end\n\n")
+    expected = _read_general(data, "x")
+    assert expected.degrees().tolist() == [2, 2, 0, 3, 1]
+    for nchunks in list(range(1, 40)) + [len(data) // 2, len(data) + 1]:
+        fast = _read_direct(data, "x", nchunks)
+        assert fast is not None
+        assert _same(fast, expected)
+
+
+def test_large_file_many_chunks():
+    rng = np.random.default_rng(7)
+    data = _random_file(rng, 60_000, 1)
+    assert len(data) > 1 << 20  # 16 chunks of 64 KiB or more
+    fast = _read_direct(data, "x")
+    assert fast is not None
+    assert _same(fast, _read_general(data, "x"))
+
+
+@pytest.mark.parametrize("data", [
+    b"2 1 10\n1 2\n\n",             # a blank line where fmt 010 needs a vertex weight
+    b"2 1 1\n2 5 7\n1 5\n",          # a weight missing (odd token count)
+    b"2 1\n2\n1\n\n% c\n 3\n",       # a token on a line after the n-th vertex line
+    b"2 1\n2 % c\n1\n  x\n",         # garbage after the n-th vertex line
+    b"2 1 11\n1\n1 1\n",             # vertex line without a neighbour's weight
+    b"2 1 100\n\n1\n",               # a blank line where fmt 100 needs a size
+    b"% only comments\n\n",          # no header
+    b"2 1\n2\n1 -1\n",               # a sign
+    b"2 1 1\n2 2.5\n1 2.5\n",        # a fraction
+    b"3 2\n2\n1 3\n1\r\n",           # asymmetric (CRLF)
+])
+def test_more_errors_come_from_general_path(data, tmp_path):
+    assert _read_direct(data, "x") is None
+    for nchunks in (2, 5):
+        assert _read_direct(data, "x", nchunks) is None
+    path = tmp_path / "g.graph"
+    path.write_bytes(data)
+    with pytest.raises(FormatError) as fast:
+        read_metis(path)
+    with pytest.raises(FormatError) as general:
+        _read_general(data, path)
+    assert str(fast.value) == str(general.value)
+    assert fast.value.line == general.value.line

@@ -20,9 +20,11 @@ Read:
 Written: ``coordinate integer|real symmetric``, lower triangle, so a write-read
 round trip returns the same graph (vertex weights are not stored).
 
-The parser is procmap's tokenizer rather than scipy/fast_matrix_market: it is
-strict (token counts per line, integer fields, entry counts), names the line of
-every problem, and needs no extra dependency.
+The parser is procmap's own rather than scipy/fast_matrix_market: it is strict
+(token counts per line, integer fields, entry counts), names the line of every
+problem, and needs no extra dependency. Plain ``coordinate`` files are parsed in
+parallel straight into the CSR arrays (:mod:`procmap.kernels.mm_cpu`); everything
+else, and every error, goes through the tokenizer.
 """
 from __future__ import annotations
 
@@ -32,13 +34,15 @@ import numpy as np
 
 from procmap.errors import FormatError, InputError
 from procmap.graph import CommGraph
-from procmap.limits import INT64_MAX, MAX_TASKS, check_declared_tasks
+from procmap.limits import INT64_MAX, MAX_TASKS, check_declared_tasks, exact_sum
 
 from .atomic import as_format_error, atomic_write, read_bytes
 from .comm import format_float_triples, format_int_lines, show_number
 from .tokenizer import tokenize
 
 _BANNER = "%%matrixmarket"
+#: A ``real`` field whose values are all integers below this reads as int64 weights.
+_EXACT_INT = 2**53
 
 
 def _parse_banner(data: bytes, path) -> tuple[str, str, str]:
@@ -67,9 +71,112 @@ def _parse_banner(data: bytes, path) -> tuple[str, str, str]:
 
 
 def read_mtx(path: str | os.PathLike) -> CommGraph:
-    """Read a MatrixMarket file into a CommGraph (see the module docstring for semantics)."""
+    """Read a MatrixMarket file into a CommGraph (see the module docstring for semantics).
+
+    A ``coordinate`` file whose size line and entry lines are plain integers (at
+    most 18 digits; an ``integer``, ``pattern``, or ``real`` field whose values are
+    all written as integers below 2^53) is read straight into CSR arrays, in
+    parallel (:func:`_read_direct`); any other file (``array`` layout, ``2.5``,
+    ``1e3``, an error) is read again by the general tokenizer path
+    (:func:`_read_general`), which words every error with its line.
+    """
     data = read_bytes(path)
     layout, field, symmetry = _parse_banner(data, path)
+    if layout == "coordinate":
+        holder = [data]  # the direct path drops the bytes once it cannot fall back
+        del data
+        graph = _read_direct(holder, field, path)
+        if graph is not None:
+            return graph
+        data = holder[0]
+    return _read_general(data, layout, field, symmetry, path)
+
+
+def _read_direct(data: bytes | list, field: str, path,
+                 nchunks: int | None = None) -> CommGraph | None:
+    """The fast path of :func:`read_mtx` for ``coordinate`` files
+    (:mod:`procmap.kernels.mm_cpu`): a parallel parse of line-aligned chunks into
+    ``src``/``dst`` (int32) and volumes (int64), then the symmetric CSR built
+    directly (degrees of both directions, fill, per-row sort and merge), as for
+    ``.comm``. ``general`` and ``symmetric`` files are the same sum ``C + C^T`` of
+    the listed entries (see the module docstring).
+
+    Returns ``None`` whenever the file is not valid in the plain spelling, or a
+    check would fail (the entry count, the declared size, the total weight): the
+    caller then re-reads it with the general path, which raises the error.
+
+    ``data`` may be a one-element list holding the bytes: the list is emptied as
+    soon as the file is parsed and checked (from there on no fall-back is
+    possible), so that the bytes are freed before the CSR arrays exist, if the
+    caller holds no other reference. Peak memory: the larger of the file plus 16
+    bytes per entry line (parse), and 16 bytes per entry line plus 12 bytes per
+    directed CSR entry before duplicates merge, plus 16 per row (fill).
+    ``nchunks`` overrides the number of chunks (tests).
+    """
+    import numba as nb
+
+    from procmap.kernels import comm_cpu as kc
+    from procmap.kernels import mm_cpu as km
+    from procmap.kernels.text_cpu import first_line, next_int
+
+    holder = data if isinstance(data, list) else None
+    buf = np.frombuffer(data[0] if holder is not None else data, dtype=np.uint8)
+    del data
+    comment = ord("%")
+    head, ntok, body = first_line(buf, comment)
+    if ntok != 3:
+        return None
+    size = []
+    pos = int(head)
+    for _ in range(3):
+        value, pos = next_int(buf, pos, buf.size, comment)
+        if value < 0:
+            return None
+        size.append(int(value))
+    n, cols, expected = size
+    if n != cols or n == 0 or n > MAX_TASKS:
+        return None
+    body = buf[int(body):]
+    if nchunks is None:
+        nchunks = max(1, min(body.size >> 16, 8 * nb.get_num_threads()))
+    starts = kc.chunk_starts(body, nchunks)
+    counts = kc.count_entries(body, comment, starts)
+    offsets = np.zeros(nchunks + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    entries = int(offsets[-1])
+    if entries == 0 or entries != expected:
+        return None
+    try:  # before anything of n entries exists; the general path words the error
+        check_declared_tasks(n, min(n, 2 * entries), "", path)
+    except InputError:
+        return None
+    src = np.empty(entries, dtype=np.int32)
+    dst = np.empty(entries, dtype=np.int32)
+    volume = np.empty(entries, dtype=np.int64)
+    per_line = 2 if field == "pattern" else 3
+    ok, _, _, heaviest, largest, loops = km.parse_entries(body, comment, starts, offsets,
+                                                          per_line, 1, n, src, dst, volume)
+    if not ok:
+        return None
+    if field == "real" and largest >= _EXACT_INT:  # the general path keeps float64 weights
+        return None
+    # The total that CommGraph.from_edges checks: volumes without self loops, x 2.
+    if int(heaviest) * (entries - int(loops)) > 2**61:
+        kept = volume if not loops else np.where(src != dst, volume, 0)
+        if 2 * exact_sum(kept) > INT64_MAX:
+            return None
+        del kept
+    del buf, body  # views of the bytes
+    if holder is not None:
+        holder.clear()
+    xadj, adjncy, adjwgt = km.build_symmetric(src, dst, volume, n)
+    return CommGraph(xadj, adjncy, adjwgt, np.ones(n, dtype=np.int64))
+
+
+def _read_general(data: bytes, layout: str, field: str, symmetry: str, path) -> CommGraph:
+    """The general path of :func:`read_mtx`: tokenize the whole file, check every
+    entry and build with :meth:`CommGraph.from_edges`. Reads every layout and
+    spelling the module docstring allows and names the line of any error."""
     tokens = tokenize(data, path, comment="%")  # the banner itself starts with '%'
     if tokens.nlines == 0:
         raise FormatError("missing size line", path)

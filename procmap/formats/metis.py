@@ -86,10 +86,11 @@ def read_metis(path: str | os.PathLike) -> CommGraph:
     endpoint's line or with a different weight there ("asymmetric"), duplicate
     neighbours, too few/many vertex lines and an ``m`` that does not match.
 
-    The file is read straight into CSR arrays (:func:`_read_direct`); a file that
-    path does not accept as it is (an error, or a rare spelling such as ``2.0``,
-    ``+3``, 19-digit integers or zero edge weights) is read again by the general
-    tokenizer path (:func:`_read_general`), which words every error with its line.
+    The file is read straight into CSR arrays, in parallel (:func:`_read_direct`); a
+    file that path does not accept as it is (an error, or a rare spelling such as
+    ``2.0``, ``+3``, 19-digit integers or zero edge weights) is read again by the
+    general tokenizer path (:func:`_read_general`), which words every error with its
+    line.
     """
     data = read_bytes(path)
     graph = _read_direct(data, path)
@@ -98,38 +99,33 @@ def read_metis(path: str | os.PathLike) -> CommGraph:
     return _read_general(data, path)
 
 
-def _read_direct(data: bytes, path) -> CommGraph | None:
-    """The fast path of :func:`read_metis`: build the CSR arrays in two passes over
-    the bytes (line scan, then a parallel parse into ``adjncy``/``adjwgt``), verify
-    them with :mod:`procmap.kernels.validate_cpu` and wrap them as they are.
+def _read_direct(data: bytes, path, nchunks: int | None = None) -> CommGraph | None:
+    """The fast path of :func:`read_metis`: build the CSR arrays in two parallel
+    passes over line-aligned chunks of the bytes (count lines and tokens, then parse
+    into ``adjncy``/``adjwgt``/``vwgt``/``xadj``), verify them with
+    :mod:`procmap.kernels.validate_cpu` and wrap them as they are.
 
     Returns ``None`` whenever the file is not a valid graph in the plain spelling
     (the caller then re-reads it with the general path, which raises the error or
-    accepts the rarer spelling). Peak memory: the file, 24 bytes per line, and
-    12 bytes per directed edge (``adjncy`` int32 + ``adjwgt`` int64).
+    accepts the rarer spelling). Peak memory: the file, 12 bytes per directed edge
+    (``adjncy`` int32 + ``adjwgt`` int64) and 16 bytes per vertex (``xadj``,
+    ``vwgt``); nothing per line. ``nchunks`` overrides the number of chunks (tests).
     """
+    import numba as nb
+
     from procmap.kernels import metis_cpu as km
-    from procmap.kernels.text_cpu import next_int
     from procmap.kernels import validate_cpu as kv
+    from procmap.kernels.comm_cpu import chunk_starts
+    from procmap.kernels.text_cpu import first_line, next_int
 
     buf = np.frombuffer(data, dtype=np.uint8)
     comment = ord("%")
-    capacity = km.count_newlines(buf) + 1
-    line_byte = np.empty(capacity, dtype=np.int64)
-    line_tokens = np.empty(capacity, dtype=np.int64)
-    line_no = np.empty(capacity, dtype=np.int64)
-    nlines = km.scan_lines(buf, comment, line_byte, line_tokens, line_no)
-    del line_no  # errors are worded by the general path
-    line_byte, line_tokens = line_byte[:nlines], line_tokens[:nlines]
-    nonblank = np.flatnonzero(line_tokens > 0)
-    if nonblank.size == 0:
-        return None
-    head = int(nonblank[0])
-    if not 2 <= line_tokens[head] <= 4:
+    head, ntok, body = first_line(buf, comment)
+    if head < 0 or not 2 <= ntok <= 4:
         return None
     header = []
-    pos = int(line_byte[head])
-    for _ in range(int(line_tokens[head])):
+    pos = int(head)
+    for _ in range(int(ntok)):
         value, pos = next_int(buf, pos, buf.size, comment)
         if value < 0:
             return None
@@ -138,30 +134,36 @@ def _read_direct(data: bytes, path) -> CommGraph | None:
     fmt = header[2] if len(header) > 2 else 0
     if fmt not in _VALID_FMT or len(header) > 3 and (header[3] != 1 or (fmt // 10) % 10 == 0):
         return None
-    if n == 0 or n > MAX_TASKS or nlines - head - 1 < n:  # checked before allocating n
-        return None
-    if np.any(line_tokens[head + 1 + n:] > 0):  # more vertex lines than n
+    if n == 0 or n > MAX_TASKS:
         return None
     has_size, has_vwgt, has_ewgt = fmt // 100, (fmt // 10) % 10, fmt % 10
-    rows = slice(head + 1, head + 1 + n)
-    line_byte = np.ascontiguousarray(line_byte[rows])
-    rest = line_tokens[rows] - (has_size + has_vwgt)
-    del line_tokens
     step = 1 + has_ewgt
+
+    body = buf[int(body):]
+    if nchunks is None:
+        nchunks = max(1, min(body.size >> 16, 8 * nb.get_num_threads()))
+    starts = chunk_starts(body, nchunks)
+    lines, tokens = km.count_lines(body, comment, starts)
+    first_vertex = np.zeros(nchunks + 1, dtype=np.int64)
+    np.cumsum(lines, out=first_vertex[1:])
+    if first_vertex[-1] < n:  # too few vertex lines: checked before allocating n
+        return None
+    vertex_lines = np.diff(np.minimum(first_vertex, n))
+    rest = tokens - (has_size + has_vwgt) * vertex_lines
     if np.any((rest < 0) | (rest % step != 0)):
         return None
-    xadj = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(rest // step, out=xadj[1:])
-    del rest
-    nnz = int(xadj[-1])
+    first_entry = np.zeros(nchunks + 1, dtype=np.int64)
+    np.cumsum(rest // step, out=first_entry[1:])
+    nnz = int(first_entry[-1])
+    xadj = np.empty(n + 1, dtype=np.int64)
+    xadj[0] = 0
     adjncy = np.empty(nnz, dtype=np.int32)
     adjwgt = np.empty(nnz, dtype=np.int64)
     vwgt = np.ones(n, dtype=np.int64)
-    bad, loops, zeros, unsorted = km.fill_rows(buf, comment, line_byte, xadj, bool(has_size),
-                                               bool(has_vwgt), bool(has_ewgt), adjncy, adjwgt,
-                                               vwgt)
-    del line_byte
-    if bad >= 0 or zeros:  # zero weights: the general path drops them after its checks
+    ok, loops, zeros, unsorted = km.fill_rows(body, comment, starts, first_vertex, first_entry,
+                                              bool(has_size), bool(has_vwgt), bool(has_ewgt),
+                                              xadj, adjncy, adjwgt, vwgt)
+    if not ok or zeros:  # zero weights: the general path drops them after its checks
         return None
     if loops:
         nnz = int(km.drop_self_loops(xadj, adjncy, adjwgt))
