@@ -1,27 +1,30 @@
-"""Numba passes of the direct ``.comm`` reader (``procmap.formats.comm``).
+"""Numba passes of the direct edge-list readers: ``.comm`` (``procmap.formats.comm``)
+and MatrixMarket ``coordinate`` files (``procmap.formats.matrixmarket``).
 
-A ``.comm`` file is a list of directed ``src dst volume`` entries that the graph
-holds as ``C + C^T``. The direct reader never builds COO matrices:
+Both formats list directed entries ``src dst [volume]`` that the graph holds as
+``C + C^T`` (a ``symmetric`` MatrixMarket file lists one triangle ``L``, and
+``L + L^T`` is the same sum). The direct readers never build COO matrices:
 
 1. :func:`chunk_starts` cuts the bytes into line-aligned chunks;
 2. :func:`count_entries` (parallel over chunks) counts the entry lines of each
    chunk (comment and blank lines skipped exactly as
    :func:`procmap.formats.tokenizer.tokenize` skips them), which gives each chunk
    its output offset;
-3. :func:`parse_entries` (parallel over chunks) parses every entry line into
-   ``src``/``dst`` (int32) and ``volume`` (int64), with the statistics the reader
-   checks (largest and smallest rank, largest volume, self loops);
-4. :func:`count_degrees` and :func:`fill_both` (parallel over ranges of rows: each
-   thread reads every entry and writes only its own rows, so no atomics) place
-   both directions of every kept entry (no self loop, volume > 0) into CSR rows;
-5. :func:`merge_rows` (parallel over rows) sorts each row by neighbour and sums
-   duplicates; :func:`compact_rows` closes the gaps they leave.
+3. :func:`parse_entries` (parallel over chunks) parses every entry line (``.comm``:
+   3 tokens, 0-based; MatrixMarket: 2 or 3 tokens, 1-based) into ``src``/``dst``
+   (int32) and ``volume`` (int64), with the statistics the readers check (largest
+   and smallest id, largest volume, self loops);
+4. :func:`build_symmetric`: :func:`count_degrees` and :func:`fill_both` (parallel
+   over ranges of rows: each thread reads every entry and writes only its own rows,
+   so no atomics) place both directions of every kept entry (no self loop, volume
+   > 0) into CSR rows; :func:`merge_rows` (parallel over rows) sorts each row by
+   neighbour and sums duplicates; :func:`compact_rows` closes the gaps they leave.
 
-Only the plain case is accepted: every entry line holds exactly three tokens of
-1 to 18 decimal digits (no sign, fraction or exponent: no overflow possible),
-ranks below ``limit``. Anything else makes :func:`parse_entries` report the chunk
-as irregular, and the reader re-reads the file with the general tokenizer path,
-which accepts float volumes and words every error with its line.
+Only the plain case is accepted: every entry line holds exactly ``per_line`` tokens
+of 1 to 18 decimal digits (no sign, fraction or exponent: no overflow possible),
+ids in range. Anything else makes :func:`parse_entries` report failure, and the
+reader re-reads the file with its general tokenizer path, which accepts float
+volumes and words every error with its line.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import numba as nb
 import numpy as np
 
 from .common_cpu import sort_row
-from .text_cpu import is_space, next_int
+from .text_cpu import end_of_line, is_space, next_int
 
 #: Rows per block of :func:`merge_rows`.
 BLOCK_ROWS = 2048
@@ -81,15 +84,16 @@ def count_entries(data, comment, starts):
 
 
 @nb.njit(cache=True, nogil=True)
-def _parse_chunk(data, comment, lo, hi, k, limit, src, dst, volume):
+def _parse_chunk(data, comment, lo, hi, k, per_line, base, limit, src, dst, volume):
     """Parse the entry lines of ``data[lo:hi]`` into entries ``k, k+1, ...``.
 
-    Returns ``(ok, largest rank, smallest rank, largest volume of a non-loop
-    entry, self loops)``.
+    Returns ``(ok, largest id, smallest id, largest volume of a non-loop entry,
+    largest volume, self loops)``, ids counted from ``base``.
     """
     top = -1
     bottom = limit
     heaviest = 0
+    largest = 0
     loops = 0
     pos = lo
     while pos < hi:
@@ -101,64 +105,63 @@ def _parse_chunk(data, comment, lo, hi, k, limit, src, dst, volume):
             pos += 1
             continue
         a, pos = next_int(data, pos, hi, comment)
+        a -= base
         if a < 0 or a >= limit:
-            return False, top, bottom, heaviest, loops
+            return False, top, bottom, heaviest, largest, loops
         b, pos = next_int(data, pos, hi, comment)
+        b -= base
         if b < 0 or b >= limit:
-            return False, top, bottom, heaviest, loops
-        w, pos = next_int(data, pos, hi, comment)
-        if w < 0:
-            return False, top, bottom, heaviest, loops
-        while pos < hi and is_space(data[pos]):
-            pos += 1
-        if pos < hi and data[pos] != 10:
-            if data[pos] != comment:
-                return False, top, bottom, heaviest, loops
-            while pos < hi and data[pos] != 10:
-                pos += 1
-        pos += 1
+            return False, top, bottom, heaviest, largest, loops
+        w = 1
+        if per_line == 3:
+            w, pos = next_int(data, pos, hi, comment)
+            if w < 0:
+                return False, top, bottom, heaviest, largest, loops
+        pos = end_of_line(data, pos, hi, comment)
+        if pos < 0:
+            return False, top, bottom, heaviest, largest, loops
         src[k] = a
         dst[k] = b
         volume[k] = w
         k += 1
-        if a > top:
-            top = a
-        if b > top:
-            top = b
-        if a < bottom:
-            bottom = a
-        if b < bottom:
-            bottom = b
+        top = max(top, a, b)
+        bottom = min(bottom, a, b)
+        if w > largest:
+            largest = w
         if a == b:
             loops += 1
         elif w > heaviest:
             heaviest = w
-    return True, top, bottom, heaviest, loops
+    return True, top, bottom, heaviest, largest, loops
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def parse_entries(data, comment, starts, offsets, limit, src, dst, volume):
-    """Parse every chunk into ``src``/``dst``/``volume`` from ``offsets[b]`` on.
+def parse_entries(data, comment, starts, offsets, per_line, base, limit, src, dst, volume):
+    """Parse every chunk's entry lines (``per_line`` = 2: ``i j``, weight 1; 3:
+    ``i j w``) into ``src``/``dst``/``volume`` from ``offsets[b]`` on, ids minus
+    ``base``.
 
-    Returns ``(ok, largest rank, smallest rank, largest non-loop volume, self
-    loops)``; ``ok`` is False when some line is not ``int int int`` in plain
-    digits with ranks below ``limit`` (the other values are then meaningless).
+    Returns ``(ok, largest id, smallest id, largest non-loop volume, largest volume,
+    self loops)``; ``ok`` is False when some line is not ``per_line`` plain integers
+    with ids in ``base..limit - 1 + base`` (the other values are then meaningless).
     """
     nchunks = starts.size - 1
     ok = np.ones(nchunks, dtype=np.bool_)
     top = np.full(nchunks, -1, dtype=np.int64)
     bottom = np.full(nchunks, limit, dtype=np.int64)
     heaviest = np.zeros(nchunks, dtype=np.int64)
+    largest = np.zeros(nchunks, dtype=np.int64)
     loops = np.zeros(nchunks, dtype=np.int64)
     for b in nb.prange(nchunks):
-        r, t, s, h, lp = _parse_chunk(data, comment, starts[b], starts[b + 1], offsets[b], limit,
-                                      src, dst, volume)
+        r, t, s, h, g, lp = _parse_chunk(data, comment, starts[b], starts[b + 1], offsets[b],
+                                         per_line, base, limit, src, dst, volume)
         ok[b] = r
         top[b] = t
         bottom[b] = s
         heaviest[b] = h
+        largest[b] = g
         loops[b] = lp
-    return ok.all(), top.max(), bottom.min(), heaviest.max(), loops.sum()
+    return ok.all(), top.max(), bottom.min(), heaviest.max(), largest.max(), loops.sum()
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
@@ -268,6 +271,42 @@ def compact_rows(xadj, adjncy, adjwgt, length):
         out += c
     xadj[n] = out
     return out
+
+
+def build_symmetric(src: np.ndarray, dst: np.ndarray, volume: np.ndarray, n: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(xadj, adjncy, adjwgt)`` of ``C + C^T`` for the directed entries ``src[e] ->
+    dst[e]`` (int32, ids below ``n``) of volume ``volume[e] >= 0`` (int64): self
+    loops and zero volumes dropped, rows sorted, duplicates summed.
+
+    The caller has checked that the total (both directions) fits in int64. Degrees
+    and the fill of both directions run in parallel over ranges of rows (each thread
+    reads every entry and writes only its rows: no atomics), the merge in parallel
+    over rows. Memory: 12 bytes per CSR slot (two per kept entry) and 16 per row,
+    besides the entries.
+    """
+    nparts = max(1, min(nb.get_num_threads(), n))
+    bounds = np.linspace(0, n, nparts + 1).astype(np.int64)
+    position = np.zeros(n, dtype=np.int64)
+    count_degrees(src, dst, volume, bounds, position)
+    xadj = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(position, out=xadj[1:])
+    nnz = int(xadj[-1])
+    position[:] = xadj[:-1]
+    if nparts > 1:  # rows split by their entries, for the fill
+        bounds = np.searchsorted(xadj, np.linspace(0, nnz, nparts + 1)).astype(np.int64)
+        bounds[0], bounds[-1] = 0, n
+        bounds = np.maximum.accumulate(np.minimum(bounds, n))
+    adjncy = np.empty(nnz, dtype=np.int32)
+    adjwgt = np.empty(nnz, dtype=np.int64)
+    fill_both(src, dst, volume, bounds, position, adjncy, adjwgt)
+    length = position  # reused: the merged length of every row
+    kept = int(merge_rows(xadj, adjncy, adjwgt, length))
+    if kept != nnz:
+        compact_rows(xadj, adjncy, adjwgt, length)
+        adjncy.resize(kept, refcheck=False)
+        adjwgt.resize(kept, refcheck=False)
+    return xadj, adjncy, adjwgt
 
 
 @nb.njit(cache=True, nogil=True)

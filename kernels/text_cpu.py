@@ -1,5 +1,5 @@
-"""Byte-level primitives of the fast text readers (``metis_cpu``, ``comm_cpu``,
-``mm_cpu``).
+"""Byte-level primitives of the fast text readers (``metis_cpu``, and ``comm_cpu`` for
+``.comm`` and MatrixMarket).
 
 The readers parse plain decimal integers straight from the file's bytes; these
 helpers are written once and inlined into their Numba passes.

@@ -187,8 +187,8 @@ def _read_direct(data: bytes, tasks: int | None, path) -> CommGraph | None:
     src = np.empty(entries, dtype=np.int32)
     dst = np.empty(entries, dtype=np.int32)
     volume = np.empty(entries, dtype=np.int64)
-    ok, top, bottom, heaviest, loops = kc.parse_entries(buf, comment, starts, offsets, limit, src,
-                                                        dst, volume)
+    ok, top, bottom, heaviest, _, loops = kc.parse_entries(buf, comment, starts, offsets, 3, 0,
+                                                           limit, src, dst, volume)
     if not ok:
         return None
     implied = int(top) + 1
@@ -208,29 +208,7 @@ def _read_direct(data: bytes, tasks: int | None, path) -> CommGraph | None:
     if tasks is None and int(bottom) == 1 and kc.all_ranks_from_one(src, dst, implied - 1):
         _one_based_warning(implied - 1, path, stacklevel=4)
 
-    nparts = max(1, min(nb.get_num_threads(), n))
-    bounds = np.linspace(0, n, nparts + 1).astype(np.int64)
-    position = np.zeros(n, dtype=np.int64)
-    kc.count_degrees(src, dst, volume, bounds, position)
-    xadj = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(position, out=xadj[1:])
-    nnz = int(xadj[-1])
-    position[:] = xadj[:-1]
-    if nparts > 1:  # rows split by their entries, for the fill
-        bounds = np.searchsorted(xadj, np.linspace(0, nnz, nparts + 1)).astype(np.int64)
-        bounds[0], bounds[-1] = 0, n
-        bounds = np.maximum.accumulate(np.minimum(bounds, n))
-    adjncy = np.empty(nnz, dtype=np.int32)
-    adjwgt = np.empty(nnz, dtype=np.int64)
-    kc.fill_both(src, dst, volume, bounds, position, adjncy, adjwgt)
-    del src, dst, volume
-    length = position  # reused: the merged length of every row
-    kept_entries = int(kc.merge_rows(xadj, adjncy, adjwgt, length))
-    if kept_entries != nnz:
-        kc.compact_rows(xadj, adjncy, adjwgt, length)
-        adjncy.resize(kept_entries, refcheck=False)
-        adjwgt.resize(kept_entries, refcheck=False)
-    del length, position
+    xadj, adjncy, adjwgt = kc.build_symmetric(src, dst, volume, n)
     return CommGraph(xadj, adjncy, adjwgt, np.ones(n, dtype=np.int64))
 
 

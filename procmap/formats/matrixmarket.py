@@ -23,8 +23,9 @@ round trip returns the same graph (vertex weights are not stored).
 The parser is procmap's own rather than scipy/fast_matrix_market: it is strict
 (token counts per line, integer fields, entry counts), names the line of every
 problem, and needs no extra dependency. Plain ``coordinate`` files are parsed in
-parallel straight into the CSR arrays (:mod:`procmap.kernels.mm_cpu`); everything
-else, and every error, goes through the tokenizer.
+parallel straight into the CSR arrays (:mod:`procmap.kernels.comm_cpu`, the passes
+of the ``.comm`` reader); everything else, and every error, goes through the
+tokenizer.
 """
 from __future__ import annotations
 
@@ -95,7 +96,7 @@ def read_mtx(path: str | os.PathLike) -> CommGraph:
 def _read_direct(data: bytes | list, field: str, path,
                  nchunks: int | None = None) -> CommGraph | None:
     """The fast path of :func:`read_mtx` for ``coordinate`` files
-    (:mod:`procmap.kernels.mm_cpu`): a parallel parse of line-aligned chunks into
+    (:mod:`procmap.kernels.comm_cpu`): a parallel parse of line-aligned chunks into
     ``src``/``dst`` (int32) and volumes (int64), then the symmetric CSR built
     directly (degrees of both directions, fill, per-row sort and merge), as for
     ``.comm``. ``general`` and ``symmetric`` files are the same sum ``C + C^T`` of
@@ -116,7 +117,6 @@ def _read_direct(data: bytes | list, field: str, path,
     import numba as nb
 
     from procmap.kernels import comm_cpu as kc
-    from procmap.kernels import mm_cpu as km
     from procmap.kernels.text_cpu import first_line, next_int
 
     holder = data if isinstance(data, list) else None
@@ -154,7 +154,7 @@ def _read_direct(data: bytes | list, field: str, path,
     dst = np.empty(entries, dtype=np.int32)
     volume = np.empty(entries, dtype=np.int64)
     per_line = 2 if field == "pattern" else 3
-    ok, _, _, heaviest, largest, loops = km.parse_entries(body, comment, starts, offsets,
+    ok, _, _, heaviest, largest, loops = kc.parse_entries(body, comment, starts, offsets,
                                                           per_line, 1, n, src, dst, volume)
     if not ok:
         return None
@@ -169,7 +169,7 @@ def _read_direct(data: bytes | list, field: str, path,
     del buf, body  # views of the bytes
     if holder is not None:
         holder.clear()
-    xadj, adjncy, adjwgt = km.build_symmetric(src, dst, volume, n)
+    xadj, adjncy, adjwgt = kc.build_symmetric(src, dst, volume, n)
     return CommGraph(xadj, adjncy, adjwgt, np.ones(n, dtype=np.int64))
 
 
