@@ -25,12 +25,6 @@ import numpy as np
 
 from procmap.options import AUTO_GPU_MIN_EDGES, DEVICES  # noqa: F401  (re-exported)
 
-#: Graphs (or subgraphs) with fewer vertices than this run on the CPU even when the
-#: GPU backend is selected: their kernels are shorter than the ~10 us a launch costs,
-#: and the CPU backend also adds FM passes. Measured on an H100 host (see
-#: benchmarks/bench_gpu.py): below ~50k vertices a split is faster on the host.
-GPU_MIN_VERTICES = 50_000
-
 
 @dataclass(frozen=True)
 class Backend:
@@ -187,10 +181,11 @@ def of(a) -> Backend:
     return gpu() if is_device_array(a) else cpu()
 
 
-def for_size(device: str, n: int) -> Backend:
+def for_size(device: str, n: int, gpu_min_vertices: int) -> Backend:
     """Backend for a (sub)graph of ``n`` vertices on the concrete ``device`` ("cpu"/"gpu"):
-    small graphs stay on the CPU (:data:`GPU_MIN_VERTICES`)."""
-    return gpu() if device == "gpu" and n >= GPU_MIN_VERTICES else cpu()
+    graphs of fewer than ``gpu_min_vertices`` vertices stay on the CPU (the engines pass
+    ``DeviceContext.gpu_min_vertices``)."""
+    return gpu() if device == "gpu" and n >= gpu_min_vertices else cpu()
 
 
 def gpu_available() -> bool:
@@ -204,13 +199,14 @@ def gpu_available() -> bool:
         return False
 
 
-
-
-def resolve_device(device: str, directed_edges: int) -> str:
+def resolve_device(device: str, directed_edges: int,
+                   auto_gpu_min_edges: int = AUTO_GPU_MIN_EDGES) -> str:
     """The concrete device ("cpu" or "gpu") for the user's ``device`` choice.
 
     ``"gpu"`` without a usable GPU raises :class:`RuntimeError` (the caller turns it
-    into a clear error); ``"auto"`` falls back to the CPU silently.
+    into a clear error); ``"auto"`` picks the GPU for graphs of at least
+    ``auto_gpu_min_edges`` directed edges when one is usable (the engines pass
+    ``DeviceContext.auto_gpu_min_edges``), else the CPU, silently.
     """
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
@@ -222,4 +218,4 @@ def resolve_device(device: str, directed_edges: int) -> str:
                                "here (from the procmap checkout: python -m pip install -e "
                                "'.[gpu]'; check nvidia-smi)")
         return "gpu"
-    return "gpu" if directed_edges >= AUTO_GPU_MIN_EDGES and gpu_available() else "cpu"
+    return "gpu" if directed_edges >= auto_gpu_min_edges and gpu_available() else "cpu"

@@ -38,10 +38,12 @@ import numpy as np
 
 from .common_cpu import mix64 as _mix64
 
+#: Defaults of :func:`two_hop_matching` (and the GPU twin's) for direct calls. The
+#: engines pass their own from ``procmap.engines.context.CoarseningContext``
+#: (``hem_max_rounds``, ``unmatched_threshold``), which documents them; a test keeps
+#: the two equal.
 #: HEM stops after this many proposal/handshake rounds (or earlier, when a round
-#: matches nothing). On a unit-weight 2D grid rounds 1-3 match 57%, 82%, 90% of the
-#: vertices and rounds 4-6 another ~1%; late rounds touch only the few vertices
-#: still active, so they cost little.
+#: matches nothing); late rounds touch only the few vertices still active.
 HEM_MAX_ROUNDS = 8
 
 #: Two-hop matching runs its next stage while more than this fraction of the

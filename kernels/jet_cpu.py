@@ -78,7 +78,10 @@ MID_BUCKET = 25
 #: Loss buckets are log-spaced with this ratio (loss per unit of vertex weight).
 BUCKET_RATIO = 1.5
 
-#: Jet's "ultra" schedule: 17 refinement passes with these filter ratios.
+#: Jet's "ultra" schedule: 17 refinement passes with these filter ratios. This and
+#: :func:`filter_schedule` are the kernels' defaults for direct calls; the engines take
+#: the schedule from ``procmap.engines.context.RefinementContext`` (a test keeps the two
+#: equal).
 ULTRA_FILTER_RATIOS = tuple(round(0.85 - 0.05 * i, 2) for i in range(17))
 
 _LOG_RATIO = math.log(BUCKET_RATIO)

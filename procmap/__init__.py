@@ -2,7 +2,8 @@
 
 Core objects: :class:`CommGraph` (symmetric communication matrix in CSR form),
 :class:`~procmap.topology.Hierarchy` (machine model), :func:`evaluate` (J, cut,
-traffic per level, balance), :func:`map_tasks` and :class:`Mapping`.
+traffic per level, balance), :func:`map_tasks` and :class:`Mapping`; the engines'
+configuration: :class:`Context`, its named presets :data:`PRESETS` and :func:`preset`.
 
 The heavy names (everything but the exceptions) are imported on first use
 (PEP 562), so that ``import procmap.topology`` or ``procmap --version`` does not
@@ -24,16 +25,21 @@ _LAZY = {
     "evaluate": ".objective",
     "Mapping": ".mapping",
     "map_tasks": ".api",
+    "Context": ".engines.context",
+    "preset": ".engines.context",
+    "PRESETS": ".engines.context",
 }
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the names as if imported eagerly
     from .api import map_tasks
+    from .engines.context import PRESETS, Context, preset
     from .graph import CommGraph
     from .mapping import Mapping
     from .objective import Evaluation, evaluate
 
 __all__ = [
-    "CommGraph", "Evaluation", "Mapping", "evaluate", "map_tasks",
+    "CommGraph", "Evaluation", "Mapping", "evaluate", "map_tasks", "Context", "preset",
+    "PRESETS",
     "ProcmapError", "InputError", "FormatError", "TopologyError", "CapacityError",
     "__version__",
 ]

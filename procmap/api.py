@@ -8,10 +8,10 @@ from typing import Callable
 import numpy as np
 
 from . import baselines
+from .engines.context import Context, preset
 from .engines.hm import hierarchical_multisection
 from .engines.im import integrated_mapping, polish_on_gpu
 from .engines.multilevel import COARSENINGS, REFINEMENTS
-from .engines.splitters import jet_splitter
 from .errors import CapacityError, DeviceError, InputError, TopologyError
 from .graph import CommGraph
 from .kernels import backend
@@ -40,8 +40,9 @@ def _check_inputs(graph: CommGraph, topology, engine: str, eps: float) -> None:
 
 
 def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 0.03,
-              seed: int = 0, device: str = "auto", coarsening: str = "hem",
-              refinement: str = "jet", progress: ProgressFn | None = None) -> Mapping:
+              seed: int = 0, device: str = "auto", coarsening: str | None = None,
+              refinement: str | None = None, progress: ProgressFn | None = None,
+              context: Context | None = None) -> Mapping:
     """Map the tasks of ``graph`` onto the PEs of ``topology``, minimising J.
 
     Parameters
@@ -49,21 +50,28 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
     graph : the symmetric communication graph (J counts both directions of each edge).
     topology : a :class:`~procmap.topology.Hierarchy`; its capacities are slots per PE.
     engine : ``"hm"`` (hierarchical multisection), ``"hm-ultra"`` (with Jet's ultra
-        refinement schedule), ``"im"`` (integrated mapping) or ``"auto"``.
+        refinement schedule), ``"im"`` (integrated mapping) or ``"auto"`` (today the
+        ``im`` preset: ``im`` for partition mapping, ``hm`` for rank placement). Each
+        names a preset of :mod:`procmap.engines.context` (:func:`procmap.preset`).
     eps : allowed imbalance in partition mapping: ``L_max = ceil((1+eps) c(V)/k')``
         over the ``k'`` PEs with capacity.
     seed : random seed; the same input, seed, engine and device give the same mapping.
     device : ``"cpu"``, ``"gpu"`` (CuPy and a CUDA GPU; an error when there is none) or
         ``"auto"`` (the GPU for graphs with at least
-        ``kernels.backend.AUTO_GPU_MIN_EDGES`` directed edges when one is usable). On
-        the GPU, subgraphs below ``kernels.backend.GPU_MIN_VERTICES`` vertices and rank
+        ``context.device.auto_gpu_min_edges`` directed edges when one is usable). On
+        the GPU, subgraphs below ``context.device.gpu_min_vertices`` vertices and rank
         placement run on the CPU. Out of GPU memory, ``"auto"`` warns and reruns on the
         CPU; ``"gpu"`` raises :class:`~procmap.errors.DeviceError`.
-    coarsening : ``"hem"`` (heavy-edge and two-hop matching, the default) or
-        ``"unionfind"`` (G-kway's union-find clustering).
-    refinement : ``"jet"`` (Jet label propagation, the default) or ``"isr"`` (G-kway's
-        independent-set refinement); FM follows either on levels refined on the CPU.
+    coarsening : ``"hem"`` (heavy-edge and two-hop matching, the presets' scheme) or
+        ``"unionfind"`` (G-kway's union-find clustering); ``None`` keeps the context's.
+    refinement : ``"jet"`` (Jet label propagation, the presets' scheme) or ``"isr"``
+        (G-kway's independent-set refinement); FM follows either on levels refined on
+        the CPU. ``None`` keeps the context's.
     progress : optional callback ``progress(phase, detail)``.
+    context : a :class:`~procmap.engines.context.Context` (a preset or one derived from
+        it with :func:`dataclasses.replace`); when given it replaces the preset of
+        ``engine``, which is then ignored. ``coarsening`` / ``refinement``, when given,
+        are applied to it (:meth:`Context.with_schemes`).
 
     Two modes (docs/design.md section 2): with ``n <= slots`` (rank placement) no PE gets
     more tasks than its capacity, the result is polished by swap refinement and is
@@ -73,21 +81,26 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
     """
     _check_inputs(graph, topology, engine, eps)
     check_objective_range(graph, largest_distance(topology))  # before any kernel runs
-    if coarsening not in COARSENINGS:
+    if coarsening is not None and coarsening not in COARSENINGS:
         raise InputError(f"unknown coarsening {coarsening!r} "
                          f"(choose from {', '.join(COARSENINGS)})")
-    if refinement not in REFINEMENTS:
+    if refinement is not None and refinement not in REFINEMENTS:
         raise InputError(f"unknown refinement {refinement!r} "
                          f"(choose from {', '.join(REFINEMENTS)})")
-    schemes = (coarsening, refinement)
+    if context is None:
+        context = preset(engine)
+    elif not isinstance(context, Context):
+        raise InputError(f"context must be a procmap Context, got {type(context).__name__}")
+    ctx = context.with_schemes(coarsening, refinement)
     try:
-        concrete = backend.resolve_device(device, graph.adjncy.size)
+        concrete = backend.resolve_device(device, graph.adjncy.size,
+                                          ctx.device.auto_gpu_min_edges)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     except RuntimeError as exc:
         raise DeviceError(str(exc)) from None
     try:
-        return _map(graph, topology, engine, eps, seed, concrete, progress, schemes)
+        return _map(graph, topology, ctx, eps, seed, concrete, progress)
     except Exception as exc:
         if not _out_of_gpu_memory(exc):
             raise
@@ -96,7 +109,7 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
                 from None
         warnings.warn("out of GPU memory: mapping on the CPU instead", RuntimeWarning,
                       stacklevel=2)
-        return _map(graph, topology, engine, eps, seed, "cpu", progress, schemes)
+        return _map(graph, topology, ctx, eps, seed, "cpu", progress)
 
 
 def _out_of_gpu_memory(exc: BaseException) -> bool:
@@ -105,20 +118,19 @@ def _out_of_gpu_memory(exc: BaseException) -> bool:
             and type(exc).__module__.startswith("cupy"))
 
 
-def _map(graph, topology, engine, eps, seed, device, progress, schemes) -> Mapping:
-    """:func:`map_tasks` on the concrete ``device`` ("cpu" or "gpu"); ``schemes`` is
-    ``(coarsening, refinement)``."""
-    coarsening, refinement = schemes
+def _map(graph, topology, ctx: Context, eps, seed, device, progress) -> Mapping:
+    """:func:`map_tasks` with the context ``ctx`` on the concrete ``device`` ("cpu" or
+    "gpu")."""
     seconds: dict[str, float] = {}
     t_start = time.perf_counter()
     levels = topology.levels
     caps = topology.capacities
+    gpu_min = ctx.device.gpu_min_vertices
     if is_rank_placement(graph, topology):
         # usually a few thousand tasks: the host is faster than any kernel launch
-        if graph.n < backend.GPU_MIN_VERTICES:
+        if graph.n < gpu_min:
             device = "cpu"
-        pes, used = _rank_placement(graph, topology, engine, seed, seconds, progress, device,
-                                    schemes)
+        pes, used = _rank_placement(graph, topology, ctx, seed, seconds, progress, device)
     else:
         k_usable = int(np.count_nonzero(caps))
         lmax = max_block_weight(graph.total_vertex_weight, k_usable, eps)
@@ -127,39 +139,33 @@ def _map(graph, topology, engine, eps, seed, device, progress, schemes) -> Mappi
             raise CapacityError(f"task {int(graph.vwgt.argmax())} weighs {heaviest}, more than "
                                 f"L_max = {lmax}: no balanced mapping exists (raise --imbalance)")
         share = (caps > 0).astype(np.float64)
-        used = engine
-        if engine == "auto":
-            used = "im"
-        if used == "im" and k_usable < topology.k:
-            used = "hm"  # im's refinement uses one L_max for every PE: it cannot keep PEs empty
-        if used == "im":
+        run = ctx
+        if run.pipeline == "im" and k_usable < topology.k:
+            # im's refinement uses one L_max for every PE: it cannot keep PEs empty
+            run = ctx.hm_context()
+        used = run.name
+        if run.pipeline == "im":
             pes = integrated_mapping(graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt, levels,
-                                     topology.distances, lmax, eps, seed, share, seconds, progress,
-                                     device=device, coarsening=coarsening,
-                                     refinement=refinement)
+                                     topology.distances, lmax, eps, seed, share, seconds, run,
+                                     progress, device=device)
             if device == "cpu":
                 seconds.pop("upload", None)  # nothing is uploaded: the CPU uses the arrays
         else:
             t0 = time.perf_counter()
-            # hm on the GPU ends with a J-refinement of the whole mapping there (hm-ultra's
-            # 17 Jet passes per level leave nothing for it: grid2d_1M 0.0%); one upload
-            # serves both
-            polish = (used == "hm" and device == "gpu" and graph.n >= backend.GPU_MIN_VERTICES
-                      and k_usable == topology.k)
+            # hm on the GPU may end with a J-refinement of the whole mapping there
+            # (RefinementContext.gpu_mapping_polish); one upload serves both
+            polish = (run.refinement.gpu_mapping_polish and device == "gpu"
+                      and graph.n >= gpu_min and k_usable == topology.k)
             arrays = (graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt)
             if polish:
                 arrays = backend.gpu().upload_graph(*arrays)
-            pes = hierarchical_multisection(*arrays, levels, share, eps, seed,
-                                            jet_splitter(ultra=used == "hm-ultra",
-                                                         coarsening=coarsening,
-                                                         refinement=refinement),
+            pes = hierarchical_multisection(*arrays, levels, share, eps, seed, run,
                                             progress=_count_progress(progress, "multisection"),
                                             device=device)
             seconds["multisection"] = time.perf_counter() - t0
             if polish:
                 t0 = time.perf_counter()
-                pes = polish_on_gpu(*arrays, pes, levels, topology.distances, lmax, seed,
-                                    refinement)
+                pes = polish_on_gpu(*arrays, pes, levels, topology.distances, lmax, seed, run)
                 seconds["refinement"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     ev = evaluate(graph, topology, pes, eps=eps)
@@ -174,28 +180,26 @@ def _count_progress(progress, phase):
     return lambda done, total: progress(phase, f"{done}/{total} tasks placed")
 
 
-#: Rank placement problems up to this many tasks try several multisection seeds (each
-#: swap-refined): they take milliseconds, and swaps alone stop in local optima.
-PLACEMENT_MULTISTART_N = 10_000
-PLACEMENT_STARTS = 4
-
-
-def _swap_on_gpu(xadj, adjncy, adjwgt, pe, cap, prefix, dist) -> float:
+def _swap_on_gpu(xadj, adjncy, adjwgt, pe, cap, prefix, dist, *, max_passes: int) -> float:
     """:func:`swap_refine` on the GPU (parallel rounds); ``pe`` is a host array."""
     from .kernels import swap_gpu
     on_device = backend.gpu().asarray(pe, np.int32)
-    gain = swap_gpu.swap_refine(xadj, adjncy, adjwgt, on_device, cap, prefix, dist)
+    gain = swap_gpu.swap_refine(xadj, adjncy, adjwgt, on_device, cap, prefix, dist,
+                                max_passes=max_passes)
     pe[:] = backend.to_host(on_device)
     return gain
 
 
-def _rank_placement(graph, topology, engine, seed, seconds, progress, device, schemes):
+def _rank_placement(graph, topology, ctx: Context, seed, seconds, progress, device):
     """n <= slots: exact capacities in every split, then swaps; never worse than block.
 
-    On the GPU (``device="gpu"``, large task counts only) the multisection runs there
-    and the swaps are the parallel rounds of :mod:`procmap.kernels.swap_gpu`.
+    Runs ``ctx``'s ``hm`` pipeline (:meth:`Context.hm_context`) with
+    ``ctx.placement``'s restarts and swap passes. On the GPU (``device="gpu"``, large
+    task counts only) the multisection runs there and the swaps are the parallel rounds
+    of :mod:`procmap.kernels.swap_gpu`.
     """
-    coarsening, refinement = schemes
+    run = ctx.hm_context()
+    place = run.placement
     swap = swap_refine if device == "cpu" else _swap_on_gpu
     # A PE never holds more than n tasks: larger capacities only inflate the swap tables
     # (sized by the total capacity), e.g. --slots 2147483646 would ask for terabytes.
@@ -204,20 +208,18 @@ def _rank_placement(graph, topology, engine, seed, seconds, progress, device, sc
     prefix = topology.prefix_sizes
     dist = np.asarray(topology.distances, dtype=np.float64)
     unit = np.ones(graph.n, dtype=np.int64)  # placement counts tasks, not their weights
-    used = "hm" if engine in ("auto", "im") else engine
-    starts = PLACEMENT_STARTS if graph.n <= PLACEMENT_MULTISTART_N else 1
+    used = run.name
+    starts = place.starts if graph.n <= place.multistart_n else 1
     candidates = []
     t_hm = t_swap = 0.0
     for attempt in range(starts):
         t0 = time.perf_counter()
         pes = hierarchical_multisection(graph.xadj, graph.adjncy, graph.adjwgt, unit, levels,
                                         caps.astype(np.float64), 0.0, seed + 1009 * attempt,
-                                        jet_splitter(ultra=used == "hm-ultra",
-                                                     coarsening=coarsening,
-                                                     refinement=refinement),
-                                        caps=caps, device=device)
+                                        run, caps=caps, device=device)
         t1 = time.perf_counter()
-        swap(graph.xadj, graph.adjncy, graph.adjwgt, pes, caps, prefix, dist)
+        swap(graph.xadj, graph.adjncy, graph.adjwgt, pes, caps, prefix, dist,
+             max_passes=place.swap_passes)
         t_swap += time.perf_counter() - t1
         t_hm += t1 - t0
         candidates.append((evaluate(graph, topology, pes).J, attempt, pes, used))
@@ -225,7 +227,8 @@ def _rank_placement(graph, topology, engine, seed, seconds, progress, device, sc
         progress("multisection + swaps", f"{graph.n} tasks on {topology.k} PEs, {starts} start(s)")
     t0 = time.perf_counter()
     block = baselines.block(graph.n, topology)
-    swap(graph.xadj, graph.adjncy, graph.adjwgt, block, caps, prefix, dist)
+    swap(graph.xadj, graph.adjncy, graph.adjwgt, block, caps, prefix, dist,
+         max_passes=place.swap_passes)
     t_swap += time.perf_counter() - t0
     candidates.append((evaluate(graph, topology, block).J, starts, block, "block+swaps"))
     seconds["multisection"] = t_hm

@@ -268,6 +268,7 @@ def _cmd_map(args) -> int:
     t_imports = time.perf_counter()
     from . import baselines
     from .api import map_tasks
+    from .engines.context import preset
     from .errors import CapacityError
     from .formats import read_graph, write_mapping
     from .formats.atomic import check_output
@@ -291,9 +292,10 @@ def _cmd_map(args) -> int:
                             f"{plural(topo.total_slots, 'slot')} ({plural(topo.k, 'PE')} x "
                             f"{args.slots}); rank placement needs tasks <= slots")
     _announce_compile(args.quiet)
+    # --coarsening / --refinement derive the engine's preset (procmap.engines.context)
+    context = preset(args.engine).with_schemes(args.coarsening, args.refinement)
     mapping = map_tasks(graph, topo, engine=args.engine, eps=args.imbalance, seed=args.seed,
-                        device=args.device, coarsening=args.coarsening,
-                        refinement=args.refinement, progress=progress)
+                        device=args.device, context=context, progress=progress)
     seconds = {"imports": t_imports, "read": t_read, **mapping.seconds}
     t0 = time.perf_counter()
     block = evaluate(graph, topo, baselines.block(graph.n, topo), eps=args.imbalance)

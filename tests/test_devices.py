@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from procmap import map_tasks
+from procmap import map_tasks, preset
 from procmap.cli import main
 from procmap.errors import DeviceError, InputError
 from procmap.generators import grid_graph
@@ -27,14 +27,17 @@ def test_resolve_device_choices():
         with pytest.raises(RuntimeError, match="needs CuPy and a CUDA GPU"):
             backend.resolve_device("gpu", 10)
     # small graphs stay on the CPU under auto, GPU or not
-    assert backend.resolve_device("auto", backend.AUTO_GPU_MIN_EDGES - 1) == "cpu"
+    min_edges = preset("im").device.auto_gpu_min_edges
+    assert backend.resolve_device("auto", min_edges - 1) == "cpu"
+    assert backend.resolve_device("auto", 10**6, 10**6 + 1) == "cpu"
 
 
 def test_backend_of_numpy_is_cpu():
     be = backend.of(np.zeros(3))
     assert be.name == "cpu" and be.xp is np
-    assert backend.for_size("gpu", backend.GPU_MIN_VERTICES - 1).name == "cpu"
-    assert backend.for_size("cpu", 10**9).name == "cpu"
+    gpu_min = preset("hm").device.gpu_min_vertices
+    assert backend.for_size("gpu", gpu_min - 1, gpu_min).name == "cpu"
+    assert backend.for_size("cpu", 10**9, gpu_min).name == "cpu"
 
 
 def test_map_tasks_reports_device_and_rejects_unknown():

@@ -116,15 +116,17 @@ def test_gpu_tries_stay_under_the_peak_memory_target(monkeypatch):
     """On the GPU, concurrent tries are capped by the peak-memory target (bytes per
     directed edge) and by the free device memory; the host path is unaffected."""
     from procmap.engines import multilevel as ml
+    from procmap.engines.context import preset
     from procmap.kernels import backend
 
+    dev = preset("hm-ultra").device
     monkeypatch.setattr(ml, "threading_layer", lambda: "omp")
     monkeypatch.setattr(backend, "gpu_free_bytes", lambda: 1 << 40)
 
     def workers(n, degree):
         edges = n * degree
         graph_bytes = 12 * edges + 16 * n  # int32 adjncy, int64 adjwgt / xadj / vwgt
-        return ml._try_workers(4, True, n, edges, graph_bytes)
+        return ml._try_workers(4, True, n, edges, graph_bytes, dev)
 
     assert workers(1 << 20, 4) == 1    # 2D grid: a second try would pass 100 B/edge
     assert workers(1 << 20, 6) == 2    # Delaunay
@@ -132,14 +134,14 @@ def test_gpu_tries_stay_under_the_peak_memory_target(monkeypatch):
     for n, degree in ((1 << 20, 4), (1 << 20, 6), (1 << 20, 13)):
         edges = n * degree
         w = workers(n, degree)
-        peak = 12 * edges + 16 * n + w * (ml.TRY_BYTES_PER_VERTEX * n
-                                          + ml.TRY_BYTES_PER_EDGE * edges)
-        assert peak <= ml.PEAK_BYTES_PER_EDGE * edges
+        peak = 12 * edges + 16 * n + w * (dev.try_bytes_per_vertex * n
+                                          + dev.try_bytes_per_edge * edges)
+        assert peak <= dev.peak_bytes_per_edge * edges
     monkeypatch.setattr(backend, "gpu_free_bytes", lambda: 1 << 20)
     assert workers(1 << 20, 13) == 1   # the device holds one try only
     # host: Numba's threads decide, not memory
     host = 4 if ml.nb.get_num_threads() > 1 else 1
-    assert ml._try_workers(4, False, 1 << 20, 13 << 20, 1 << 40) == host
+    assert ml._try_workers(4, False, 1 << 20, 13 << 20, 1 << 40, dev) == host
 
 
 def test_weighted_tasks_respect_lmax():
@@ -251,11 +253,12 @@ def test_unknown_schemes_are_input_errors():
 
 
 def test_unionfind_coarsening_needs_fewer_levels_and_stops_near_the_target():
+    from procmap.engines.context import CoarseningContext
     from procmap.engines.multilevel import coarsen
     g = grid_graph((150, 150))
     args = (g.xadj, g.adjncy, g.adjwgt, g.vwgt, 3000, 100, 1)
-    hem = coarsen(*args, coarsening="hem")
-    uf = coarsen(*args, coarsening="unionfind")
+    hem = coarsen(*args, coarsening=CoarseningContext(scheme="hem"))
+    uf = coarsen(*args, coarsening=CoarseningContext(scheme="unionfind"))
     assert len(uf) < len(hem)
     assert 1500 <= uf[-1].n <= 3000  # never undershoots target / 2 (HEM finishes)
     assert all(int(level.vwgt.max()) <= 100 for level in uf)
@@ -265,17 +268,20 @@ def test_unionfind_coarsening_needs_fewer_levels_and_stops_near_the_target():
 @pytest.mark.parametrize("local_fm", [False, True])
 def test_multilevel_cycle_reports_the_objective_of_its_partition(local_fm):
     """The objective a cycle returns decides between tries and V-cycles; levels of
-    FM_ONLY_MIN_N+ vertices skip Jet and carry it over from the coarser level (a
+    fm.fm_only_min_n+ vertices skip Jet and carry it over from the coarser level (a
     projection keeps the cut), and localized FM subtracts its gains: the value must
     still be the partition's exact J."""
     from procmap.engines import multilevel as ml
-    g = grid_graph((150, 150))  # finest levels above FM_ONLY_MIN_N
-    assert g.n >= ml.FM_ONLY_MIN_N
+    from procmap.engines.context import preset
+    ctx = preset("hm")
+    g = grid_graph((150, 150))  # finest levels above fm_only_min_n
+    assert g.n >= ctx.fm.fm_only_min_n
     k = 6
     lmax = math.ceil(1.03 * g.n / k)
-    prefix, dist = np.array([k]), np.array([1.0])
-    runs = [ml._vcycle(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k, lmax, 0.03, 3, False, prefix, dist,
-                       ml.COARSEN_FACTOR, None, (True, local_fm)) for _ in range(2)]
+    problem = ml.Problem(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k, lmax, 0.03, np.array([k]),
+                         np.array([1.0]))
+    plan = ml._Plan(ultra=False, local_fm=local_fm)
+    runs = [ml._vcycle(problem, ctx, plan, 3) for _ in range(2)]
     (part, value), (part2, value2) = runs
     h = Hierarchy((k,), (1.0,))
     assert value == evaluate(g, h, part).J

@@ -12,8 +12,8 @@ weight, ``limits`` their hard maximum weights and ``depth`` the number of splits
 above this one (0 for the top split, whose cut costs the most).
 
 With ``device="gpu"`` the graph is uploaded once; splits and subgraph extraction run
-on the GPU while a subgraph has at least ``backend.GPU_MIN_VERTICES`` vertices, and
-smaller subgraphs (most of the deep splits) move to the host and finish there.
+on the GPU while a subgraph has at least ``DeviceContext.gpu_min_vertices`` vertices,
+and smaller subgraphs (most of the deep splits) move to the host and finish there.
 """
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ import numpy as np
 
 from procmap.kernels import backend
 from procmap.kernels.backend import threading_layer, to_host
+
+from .context import Context, DeviceContext
+from .splitters import jet_splitter
 
 Splitter = Callable[..., np.ndarray]
 
@@ -45,9 +48,9 @@ def adaptive_imbalance(eps: float, total_weight: float, k: int, sub_weight: floa
 
 
 def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndarray,
-                              eps: float, seed: int, split: Splitter,
+                              eps: float, seed: int, ctx: Context,
                               caps: np.ndarray | None = None, progress=None,
-                              device: str = "cpu") -> np.ndarray:
+                              device: str = "cpu", split: Splitter | None = None) -> np.ndarray:
     """Map tasks to PEs by recursive multisection; returns task -> PE (int32).
 
     Parameters
@@ -56,6 +59,9 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
     share : per-PE share of the load (capacity in slots, or 1 for every usable PE, 0 for
         unusable PEs); each child's target is the sum over its PEs.
     eps : the global imbalance; splits use the adaptive imbalance.
+    ctx : the configuration (an ``hm`` pipeline, :mod:`procmap.engines.context`); each
+        split is :func:`~procmap.engines.splitters.jet_splitter` of it unless ``split``
+        gives another splitter, and ``ctx.device`` decides which subgraphs stay on the GPU.
     caps : per-PE hard capacity in vertex weight (rank placement); ``None`` means the
         limits come from ``eps`` alone.
     device : ``"cpu"`` or ``"gpu"`` (concrete; see :func:`procmap.kernels.backend.resolve_device`).
@@ -74,14 +80,17 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
     total_share = share.sum()
     total_weight = float(vwgt.sum())
     pes = np.zeros(n, dtype=np.int32)
-    be = backend.for_size(device, n)
+    dev = ctx.device
+    if split is None:
+        split = jet_splitter(ctx)
+    be = backend.for_size(device, n, dev.gpu_min_vertices)
     graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)
 
     def split_item(item):
         """One split of a work item ``(subgraph arrays, global ids, level index, first PE)``;
         returns its children's work items, or writes the PEs of a leaf split."""
         (sx, sa, sw, sv), ids, lev, first = item
-        if backend.is_device_array(sx) and ids.size < backend.GPU_MIN_VERTICES:
+        if backend.is_device_array(sx) and ids.size < dev.gpu_min_vertices:
             sx, sa, sw, sv = (to_host(a) for a in (sx, sa, sw, sv))
         a = levels[lev]
         child = math.prod(levels[:lev])  # PEs per child group
@@ -117,21 +126,16 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
             if progress is not None:
                 progress(done, n)
 
-    _split_tasks((graph, np.arange(n, dtype=np.int64), len(levels) - 1, 0), split_item, finished)
+    _split_tasks((graph, np.arange(n, dtype=np.int64), len(levels) - 1, 0), split_item, finished,
+                 dev)
     return pes
 
 
-def _on_device(item) -> bool:
-    return backend.is_device_array(item[0][0]) and item[1].size >= backend.GPU_MIN_VERTICES
+def _on_device(item, device: DeviceContext) -> bool:
+    return backend.is_device_array(item[0][0]) and item[1].size >= device.gpu_min_vertices
 
 
-#: Device subgraphs split at the same time, at most: each holds its multilevel
-#: hierarchy in GPU memory, and a few concurrent splits already fill the gaps of
-#: one (its host levels and loop synchronisations).
-DEVICE_SPLITS = 4
-
-
-def _split_tasks(root, split_item, finished) -> None:
+def _split_tasks(root, split_item, finished, device: DeviceContext) -> None:
     """Run ``split_item`` on ``root`` and, recursively, on the work items it returns;
     ``finished(item)`` is called in the calling thread after each split.
 
@@ -141,7 +145,7 @@ def _split_tasks(root, split_item, finished) -> None:
     (short parallel loops, Jet's mostly sequential loop), so splitting several
     subgraphs at once at few threads each beats one after another at all threads. The
     kernels release the GIL (``nogil``). Device subgraphs (at most
-    :data:`DEVICE_SPLITS` at a time) get a CUDA stream each, so their kernels run
+    ``device.device_splits`` at a time) get a CUDA stream each, so their kernels run
     concurrently with each other's and with the host work.
 
     Serial (depth first, calling thread) when the threading layer cannot run parallel
@@ -152,7 +156,7 @@ def _split_tasks(root, split_item, finished) -> None:
     finished(root)
     threads = nb.get_num_threads()
     serial = threading_layer() == "workqueue" or (
-        threads == 1 and not any(_on_device(it) for it in children))
+        threads == 1 and not any(_on_device(it, device) for it in children))
     if serial:
         stack = list(reversed(children))
         while stack:
@@ -162,14 +166,14 @@ def _split_tasks(root, split_item, finished) -> None:
         return
 
     pending, running = children, {}
-    with ThreadPoolExecutor(max_workers=threads + DEVICE_SPLITS,
+    with ThreadPoolExecutor(max_workers=threads + device.device_splits,
                             thread_name_prefix="procmap-split") as pool:
         while pending or running:
             waiting = []
-            on_device = sum(_on_device(it) for it in running.values())
+            on_device = sum(_on_device(it, device) for it in running.values())
             for item in pending:
-                gpu = _on_device(item)
-                if gpu and on_device >= DEVICE_SPLITS:
+                gpu = _on_device(item, device)
+                if gpu and on_device >= device.device_splits:
                     waiting.append(item)
                     continue
                 on_device += gpu

@@ -3,12 +3,14 @@ mappings, the same mapping for the same seed, the same mapping whether tries and
 splits run concurrently (worker threads, a CUDA stream each) or one after another,
 and quality comparable to the CPU backend's.
 
-The graphs are large enough (>= ``backend.GPU_MIN_VERTICES`` vertices, also below the
-top split) for the GPU paths to run: device splits, device tries, GPU levels."""
+The graphs are large enough (>= ``DeviceContext.gpu_min_vertices`` vertices, also below
+the top split) for the GPU paths to run: device splits, device tries, GPU levels."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from procmap import map_tasks
+from procmap import map_tasks, preset
 from procmap.engines import hm, multilevel
 from procmap.generators import grid_graph, random_geometric_graph
 from procmap.kernels import backend
@@ -36,7 +38,7 @@ def _serial(monkeypatch):
 
 @pytest.mark.parametrize("engine", ["hm", "hm-ultra", "im"])
 def test_gpu_mapping_is_valid_and_deterministic(engine):
-    assert GRID.n // 2 >= backend.GPU_MIN_VERTICES
+    assert GRID.n // 2 >= preset(engine).device.gpu_min_vertices
     a = map_tasks(GRID, TOP2, engine=engine, seed=4, device="gpu")
     b = map_tasks(GRID, TOP2, engine=engine, seed=4, device="gpu")
     assert a.device == "gpu"
@@ -73,7 +75,9 @@ def test_concurrent_tries_return_arrays_safe_to_keep():
     g = GRID
     dev = backend.gpu().upload_graph(g.xadj, g.adjncy, g.adjwgt, g.vwgt)
     lmax = int(np.ceil(1.03 * g.n / 4))
-    parts = [multilevel.kway_partition(*dev, 4, lmax, eps=0.03, seed=2, tries=3)
+    hm_ctx = preset("hm")
+    ctx = replace(hm_ctx, schedule=replace(hm_ctx.schedule, tries=(3,)))
+    parts = [multilevel.kway_partition(*dev, 4, lmax, eps=0.03, seed=2, ctx=ctx)
              for _ in range(2)]
     assert isinstance(parts[0], cp.ndarray)
     assert cp.array_equal(parts[0], parts[1])
@@ -97,8 +101,9 @@ MESH = grid_graph((1024, 512))
 @pytest.mark.parametrize("engine, ratio", [("hm", 1.04), ("im", 1.08)])
 def test_gpu_quality_on_a_mesh_close_to_cpu(engine, ratio):
     """Meshes are where the GPU path lost most against the CPU's FM: before Jet ran longer
-    on the GPU levels (multilevel.GPU_POLISH_ITERS) this mesh measured GPU / CPU J of
-    1.079 (hm) and 1.123 (im) on an H100, after it 0.999 and 1.060."""
+    on the GPU levels (RefinementContext.gpu_patience and polish_patience) this mesh
+    measured GPU / CPU J of 1.079 (hm) and 1.123 (im) on an H100, after it 0.999 and
+    1.060."""
     h = Hierarchy.parse("4:8:2", "1:10:100")
     gpu = map_tasks(MESH, h, engine=engine, seed=1, device="gpu")
     cpu = map_tasks(MESH, h, engine=engine, seed=1, device="cpu")

@@ -1,0 +1,491 @@
+"""One configuration of the multilevel pipeline: frozen contexts and named presets.
+
+Every tuning choice of the mapping engines lives here (docs/design.md section 4): how
+a graph is coarsened, how the coarsest graph gets its first partition or mapping, the
+refinement chain run on every level (Jet or ISR label propagation, FM, localized FM),
+the tries and V-cycles per split depth, rank placement's restarts and swap polish, and
+the device thresholds. The engines receive a :class:`Context` and read nothing else;
+kernel modules keep only implementation constants (CUDA block sizes, bucket counts,
+queue capacities) and the defaults of their own signatures for direct calls.
+
+``hm``, ``hm-ultra`` and ``im`` are presets (:data:`PRESETS`, :func:`preset`); the
+engine ``auto`` is the ``im`` preset (rank placement runs its multisection context).
+A user derives a configuration with :func:`dataclasses.replace`::
+
+    from dataclasses import replace
+    from procmap import map_tasks, preset
+
+    im = preset("im")
+    ctx = replace(im, fm=replace(im.fm, passes=4))
+    mapping = map_tasks(graph, machine, context=ctx)
+
+The schemes of every nested context (``im``'s initial multisection, the fallback
+multisection) change together with :meth:`Context.with_schemes`.
+
+This module imports nothing heavy (no NumPy, Numba or kernel): ``import procmap``
+stays light (docs/design.md section 5).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from procmap.options import AUTO_GPU_MIN_EDGES, COARSENINGS, REFINEMENTS
+
+__all__ = ["CoarseningContext", "RefinementContext", "FMContext", "LocalFMContext",
+           "SplitSchedule", "InitialMappingContext", "PlacementContext", "DeviceContext",
+           "Context", "PRESETS", "preset"]
+
+
+def _per_depth(values: tuple, depth: int):
+    """The entry of a per-split-depth tuple for ``depth`` (deeper splits use the last)."""
+    return values[min(depth, len(values) - 1)]
+
+
+@dataclass(frozen=True)
+class CoarseningContext:
+    """How a graph is coarsened before its first partition (one multilevel cycle).
+
+    ``scheme``
+        ``"hem"``: heavy-edge matching (rating ``w^2 / (c(u) c(v))``) completed by
+        two-hop (leaf, twin, relative) matching, Jet's and GPU-HeiPa's scheme; or
+        ``"unionfind"``: G-kway's union-find clustering (whole pseudo-forest
+        components, capped at the maximum vertex weight).
+    ``factor``
+        Coarsening stops once a level has at most ``factor * k`` vertices, ``k`` being
+        the number of blocks of the partition this cycle computes: the children of one
+        ``hm`` split (GPU-HeiPa: 8), or all PEs for ``im``, whose coarsest graph is
+        mapped by a whole multisection (GPU-HeiProMap: 128 vertices per PE, which
+        leaves the initial mapping room to shape blocks that refinement of a coarser
+        mapping cannot find).
+    ``min_vertices``
+        Coarsening never stops above ``factor * k`` only to go below this many
+        vertices: the target is ``max(factor * k, min_vertices)``. METIS partitions a
+        graph of a few thousand vertices fast and better than Jet refines a tiny one
+        up, and the small subgraphs of hm's deep splits then skip coarsening entirely.
+        0: no floor.
+    ``min_shrink``
+        A level that keeps more than this fraction of its finer level's vertices ends
+        coarsening (a matching that no longer shrinks the graph only adds levels).
+    ``unionfind_undershoot``
+        With ``"unionfind"``, a level whose clustering would leave fewer than
+        ``target // unionfind_undershoot`` vertices is matched with HEM instead:
+        union-find keeps only 10-30% of the vertices per level, and a coarsest graph far
+        below the target leaves the initial partitioner too few, too heavy vertices.
+    ``unmatched_threshold``
+        Two-hop matching runs its next stage (leaf, then twin, then relative
+        matching) while more than this fraction of the vertices is unmatched (Jet,
+        GPU-HeiPa: 0.25).
+    ``hem_max_rounds``
+        Heavy-edge matching stops after this many proposal/handshake rounds, or
+        earlier when a round matches nothing; the first few rounds match almost every
+        vertex that will be matched, and late rounds touch few vertices.
+    """
+
+    scheme: str = "hem"
+    factor: int = 8
+    min_vertices: int = 3000
+    min_shrink: float = 0.95
+    unionfind_undershoot: int = 2
+    unmatched_threshold: float = 0.25
+    hem_max_rounds: int = 8
+
+    def __post_init__(self):
+        if self.scheme not in COARSENINGS:
+            raise ValueError(f"coarsening scheme must be one of {COARSENINGS}, "
+                             f"got {self.scheme!r}")
+
+    def target(self, k: int) -> int:
+        """The vertex count at which coarsening for a ``k``-way partition stops."""
+        return max(self.factor * k, self.min_vertices)
+
+
+#: Jet's "ultra" schedule (Jet / GPU-HeiPa): 17 passes, filter ratios 0.85 .. 0.05.
+_ULTRA_FILTERS = tuple(round(0.85 - 0.05 * i, 2) for i in range(17))
+
+
+@dataclass(frozen=True)
+class RefinementContext:
+    """Label-propagation refinement on every level (Jet, or G-kway's ISR), with Jet's
+    weak then strong rebalancing.
+
+    ``scheme``
+        ``"jet"``: Jet label propagation with the afterburner; ``"isr"``: G-kway's
+        independent-set refinement (cheaper, lower quality).
+    ``patience``
+        Jet's stopping rule on host levels: a level's refinement stops after this many
+        iterations in a row without progress (Jet: 12). Where FM follows on every
+        level, Jet can stop earlier and leave the rest to FM.
+    ``phi``
+        What counts as progress: an objective below ``phi`` times the best so far
+        (Jet, GPU-HeiPa: 0.999).
+    ``max_weak``
+        Weak rebalancing rounds before strong rebalancing takes over (Jet: 2).
+    ``filters_coarse`` / ``filters_finest``
+        Jet's filter ratios on coarse levels and on the finest level, one refinement
+        pass per ratio (GPU-HeiPa: 0.75 and 0.25; Jet uses 0.25 for unit edge weights
+        and 0.75 otherwise). A move of negative gain is proposed only while its loss
+        is below the ratio times its connection to its own block (cut objective).
+    ``ultra_filters``
+        The filter ratios of Jet's ultra schedule (17 passes, 0.85 .. 0.05), used on
+        every level of the splits shallower than :attr:`SplitSchedule.ultra_depth`.
+        Splits on ultra levels never skip Jet for FM (the schedule is the point).
+    ``single_pass_filter``
+        Filter ratio of the single-pass refinements outside the multilevel cycle's
+        schedule: ``im``'s levels, ISR, and the GPU polishes. Their objective is J
+        (or the cut for a split's polish), refined with one ratio.
+    ``gpu_patience``
+        Patience on GPU levels, at least this (``max(patience, gpu_patience)``):
+        GPU levels get no FM (it is sequential), so Jet refines them alone, and longer.
+    ``gpu_ultra_patience`` / ``gpu_ultra_phi``
+        Patience and phi of ultra passes on GPU levels: every iteration counts as
+        progress there only if it improves at all (phi 1), at a shorter patience, since
+        17 passes already run per level.
+    ``polish_patience`` / ``polish_phi``
+        The polish that ends a split made on the GPU, the finest GPU level of ``im``
+        and :attr:`gpu_mapping_polish`: Jet until ``polish_patience`` iterations in a
+        row bring no improvement at all (phi 1), collecting the many small gains that
+        FM collects on the host.
+    ``gpu_mapping_polish``
+        ``hm`` on the GPU ends with a J-refinement of the whole mapping on the device
+        (one upload serves the splits and it): its splits minimise cuts one hierarchy
+        level at a time, and a J-refinement moves what they left along block borders.
+        Off for ``hm-ultra``, whose ultra passes leave nothing for it.
+    """
+
+    scheme: str = "jet"
+    patience: int = 12
+    phi: float = 0.999
+    max_weak: int = 2
+    filters_coarse: tuple[float, ...] = (0.75,)
+    filters_finest: tuple[float, ...] = (0.25,)
+    ultra_filters: tuple[float, ...] = _ULTRA_FILTERS
+    single_pass_filter: float = 0.25
+    gpu_patience: int = 12
+    gpu_ultra_patience: int = 6
+    gpu_ultra_phi: float = 1.0
+    polish_patience: int = 30
+    polish_phi: float = 1.0
+    gpu_mapping_polish: bool = False
+
+    def __post_init__(self):
+        if self.scheme not in REFINEMENTS:
+            raise ValueError(f"refinement scheme must be one of {REFINEMENTS}, "
+                             f"got {self.scheme!r}")
+
+    def filters(self, *, ultra: bool, finest: bool) -> tuple[float, ...]:
+        """Jet's filter ratios on one level: one pass per ratio."""
+        if ultra:
+            return self.ultra_filters
+        return self.filters_finest if finest else self.filters_coarse
+
+
+@dataclass(frozen=True)
+class FMContext:
+    """Global k-way FM passes after label propagation on every host level (FM is
+    sequential: the CPU backend's quality step; GPU levels skip it). The gain is the
+    change in the level's objective (cut or J).
+
+    ``passes``
+        FM passes per level at most; 0 turns FM off (then no level skips Jet either).
+    ``stall_divisor`` / ``stall_min``
+        A pass ends after ``max(stall_min, n // stall_divisor)`` moves without a new
+        best on a level of ``n`` vertices: longer searches climb out of deeper local
+        optima, at a cost linear in the level.
+    ``min_gain``
+        Passes stop once one improves the objective by no more than this fraction of
+        it (0: only a pass that gains nothing stops them).
+    ``max_work``
+        A pass scans at most this many times the level's directed edges: each move
+        re-evaluates the mover's neighbours, which costs the product of their degrees,
+        so on power-law graphs the hubs would make passes quadratic. On meshes,
+        Delaunay and rgg graphs passes stop well before the cap.
+    ``fm_only_min_n``
+        On a host level of at least this many vertices that arrives balanced, FM
+        refines alone and Jet is skipped: on large levels Jet spends its time
+        alternating an unconstrained round with a weak rebalancing round, each pair
+        gaining little, while FM reaches the same objective several times faster.
+        ``None``: Jet always runs. Levels refined with Jet's ultra schedule always run
+        Jet.
+    """
+
+    passes: int = 4
+    stall_divisor: int = 100
+    stall_min: int = 50
+    min_gain: float = 0.0
+    max_work: float = 3.0
+    fm_only_min_n: int | None = 20_000
+
+    def max_stall(self, n: int) -> int:
+        """Moves without a new best that end a pass on a level of ``n`` vertices."""
+        return max(self.stall_min, n // self.stall_divisor)
+
+
+@dataclass(frozen=True)
+class LocalFMContext:
+    """Localized FM searches after the global FM pass (seeded at boundary vertices,
+    each search bounded; host levels of splits whose whole cycle runs on the host).
+
+    ``depth``
+        Splits shallower than this depth run localized FM (0: none). The top split's
+        cut crosses the costliest links, so it repays the extra search most.
+    ``max_n``
+        Only levels of at most this many vertices run it: its gains on coarse levels
+        carry to all finer ones, while on a finest level of a million vertices it finds
+        little for about twice the global pass's time.
+    ``stall``
+        A search ends after this many moves without a new best.
+    ``max_work``
+        The searches of a level scan at most this many times its directed edges: a
+        search costs about ``stall`` times the squared degree, so a dense graph would
+        otherwise pay seconds.
+    ``rounds``
+        Rounds of searches per level (each from every boundary vertex not yet moved).
+    """
+
+    depth: int = 1
+    max_n: int = 100_000
+    stall: int = 10
+    max_work: float = 5.0
+    rounds: int = 1
+
+
+@dataclass(frozen=True)
+class SplitSchedule:
+    """Effort per multisection split, by split depth (0: the top split, whose cut
+    crosses the most expensive links; deeper splits use the last entry).
+
+    ``tries``
+        Complete multilevel cycles, each with its own seed; the balanced partition
+        with the lowest objective is kept (the tries may run concurrently; the result
+        does not depend on it).
+    ``vcycles``
+        V-cycles after each try: re-coarsen inside the blocks and refine again, so
+        that coarse moves shift whole clusters across block borders.
+    ``ultra_depth``
+        Splits shallower than this depth refine with Jet's ultra filter schedule
+        (:attr:`RefinementContext.ultra_filters`); 0: none.
+    """
+
+    tries: tuple[int, ...] = (1,)
+    vcycles: tuple[int, ...] = (1, 0)
+    ultra_depth: int = 0
+
+    def tries_at(self, depth: int) -> int:
+        return _per_depth(self.tries, depth)
+
+    def vcycles_at(self, depth: int) -> int:
+        return _per_depth(self.vcycles, depth)
+
+    def ultra_at(self, depth: int) -> bool:
+        return depth < self.ultra_depth
+
+
+@dataclass(frozen=True)
+class InitialMappingContext:
+    """How the coarsest graph gets its first partition or mapping.
+
+    ``multisection``
+        ``None``: METIS k-way on the coarsest graph of each multilevel cycle (the
+        ``hm`` pipelines). A :class:`Context` (an ``hm`` pipeline): the coarsest graph
+        of ``im`` is mapped onto the whole machine by hierarchical multisection with
+        it; the graph is small, so it can afford the tries and V-cycles the block
+        shapes of the final mapping depend on.
+    """
+
+    multisection: Context | None = None
+
+
+@dataclass(frozen=True)
+class PlacementContext:
+    """Rank placement (``n <= slots``): exact capacities in every split, swap polish,
+    never worse than block placement.
+
+    ``multistart_n``
+        Problems up to this many tasks try :attr:`starts` multisection seeds, each
+        polished by swaps: they take milliseconds, and swaps alone stop in local optima.
+    ``starts``
+        Multisection seeds tried on those problems (1 above :attr:`multistart_n`).
+    ``swap_passes``
+        Swap refinement passes at most per placement (the multisection's and block
+        placement's).
+    """
+
+    multistart_n: int = 10_000
+    starts: int = 4
+    swap_passes: int = 20
+
+
+@dataclass(frozen=True)
+class DeviceContext:
+    """Where the pipeline runs, and how it uses the GPU.
+
+    ``gpu_min_vertices``
+        On the GPU, graphs, subgraphs and levels with fewer vertices run on the host:
+        their kernels are shorter than a launch costs, and the host adds FM. Rank
+        placement below it always runs on the CPU.
+    ``device_splits``
+        Device subgraphs split at the same time, at most: each holds its multilevel
+        hierarchy in GPU memory, and a few concurrent splits already fill the gaps of
+        one (its host levels and loop synchronisations).
+    ``peak_bytes_per_edge``
+        Target for peak GPU memory, in bytes per directed edge of the graph a split
+        partitions: concurrent tries are capped to stay under it.
+    ``try_bytes_per_vertex`` / ``try_bytes_per_edge``
+        The model of the device memory one try needs (its coarse levels, contraction
+        scratch, refinement state): ``try_bytes_per_vertex * n + try_bytes_per_edge *
+        directed edges``.
+    ``auto_gpu_min_edges``
+        ``device="auto"`` picks the GPU for graphs with at least this many directed
+        edges when one is usable (below it, transfers, compilation and launches cost
+        more than they save).
+    """
+
+    gpu_min_vertices: int = 50_000
+    device_splits: int = 4
+    peak_bytes_per_edge: int = 100
+    try_bytes_per_vertex: int = 180
+    try_bytes_per_edge: int = 6
+    auto_gpu_min_edges: int = AUTO_GPU_MIN_EDGES
+
+
+@dataclass(frozen=True)
+class Context:
+    """The whole configuration of one mapping engine.
+
+    ``name``
+        Reported as :attr:`procmap.Mapping.engine` for mappings made by this context.
+    ``pipeline``
+        ``"hm"``: hierarchical multisection, one multilevel cycle (edge cut) per split
+        from the top level down; ``"im"``: integrated mapping, one multilevel cycle of
+        the whole graph with the J objective, whose coarsest graph is mapped by
+        :attr:`initial`.
+    ``coarsening``
+        :class:`CoarseningContext` of the pipeline's cycles (an ``hm`` split's, or
+        ``im``'s whole graph).
+    ``refinement``
+        :class:`RefinementContext`: label propagation on every level.
+    ``fm``
+        :class:`FMContext`: FM passes after label propagation on host levels.
+    ``local_fm``
+        :class:`LocalFMContext`: localized FM after the passes (``hm`` splits).
+    ``schedule``
+        :class:`SplitSchedule`: tries, V-cycles and ultra levels per split depth
+        (``hm`` pipelines).
+    ``initial``
+        :class:`InitialMappingContext`: the first partition or mapping of the coarsest
+        graph.
+    ``placement``
+        :class:`PlacementContext`: rank placement's restarts and swap polish.
+    ``device``
+        :class:`DeviceContext`: device thresholds and GPU memory model, for this
+        context and every context nested in it.
+    ``multisection``
+        The ``hm`` pipeline this context uses where it cannot run itself: rank placement
+        and machines with unusable PEs (``im``'s refinement has one ``L_max`` for every
+        PE, so it cannot keep PEs empty). ``None``: this context itself (``hm``
+        pipelines).
+    """
+
+    name: str
+    pipeline: str = "hm"
+    coarsening: CoarseningContext = field(default_factory=CoarseningContext)
+    refinement: RefinementContext = field(default_factory=RefinementContext)
+    fm: FMContext = field(default_factory=FMContext)
+    local_fm: LocalFMContext = field(default_factory=LocalFMContext)
+    schedule: SplitSchedule = field(default_factory=SplitSchedule)
+    initial: InitialMappingContext = field(default_factory=InitialMappingContext)
+    placement: PlacementContext = field(default_factory=PlacementContext)
+    device: DeviceContext = field(default_factory=DeviceContext)
+    multisection: Context | None = None
+
+    def __post_init__(self):
+        if self.pipeline not in ("hm", "im"):
+            raise ValueError(f"pipeline must be 'hm' or 'im', got {self.pipeline!r}")
+        if self.pipeline == "im" and self.initial.multisection is None:
+            raise ValueError("an 'im' context needs initial.multisection (the hm context "
+                             "that maps its coarsest graph)")
+
+    def with_schemes(self, coarsening: str | None = None,
+                     refinement: str | None = None) -> Context:
+        """This context with the coarsening and/or refinement scheme replaced here and
+        in every nested context (``None`` keeps a scheme)."""
+        ctx = self
+        if coarsening is not None:
+            ctx = replace(ctx, coarsening=replace(ctx.coarsening, scheme=coarsening))
+        if refinement is not None:
+            ctx = replace(ctx, refinement=replace(ctx.refinement, scheme=refinement))
+        if ctx.initial.multisection is not None:
+            ctx = replace(ctx, initial=replace(ctx.initial, multisection=ctx.initial.multisection
+                                               .with_schemes(coarsening, refinement)))
+        if ctx.multisection is not None:
+            ctx = replace(ctx, multisection=ctx.multisection.with_schemes(coarsening,
+                                                                          refinement))
+        return ctx
+
+    def hm_context(self) -> Context:
+        """The ``hm`` pipeline for rank placement and unusable PEs (:attr:`multisection`),
+        with this context's device and placement settings."""
+        if self.multisection is None:
+            return self
+        return replace(self.multisection, device=self.device, placement=self.placement)
+
+    def initial_context(self) -> Context:
+        """``im``'s initial multisection, with this context's device settings."""
+        return replace(self.initial.multisection, device=self.device)
+
+
+# ------------------------------------------------------------------ presets
+#: ``hm``: FM follows Jet on every level, so Jet stops earlier than its own 12.
+_HM = Context(
+    name="hm",
+    refinement=RefinementContext(patience=8, gpu_mapping_polish=True),
+    schedule=SplitSchedule(tries=(1,), vcycles=(1, 0), ultra_depth=0),
+)
+
+#: ``hm-ultra``: more tries and V-cycles where the cut is expensive (the top splits),
+#: Jet's ultra schedule on the two top levels of splits, Jet's own patience.
+_HM_ULTRA = Context(
+    name="hm-ultra",
+    refinement=RefinementContext(patience=12),
+    schedule=SplitSchedule(tries=(4, 2, 1), vcycles=(3, 1, 0), ultra_depth=2),
+)
+
+#: ``im``'s initial mapping: hm on the coarsest graph, with tries and V-cycles on its
+#: top split and no localized FM (on the coarse, dense graphs im starts from, its
+#: searches cost more than the initial mapping itself; im is the fast engine).
+_IM_INITIAL = Context(
+    name="hm",
+    refinement=RefinementContext(patience=12),
+    local_fm=LocalFMContext(depth=0),
+    schedule=SplitSchedule(tries=(2, 1), vcycles=(1, 0), ultra_depth=0),
+)
+
+#: ``im``: coarsen the whole graph to 128 vertices per PE, map it with hm, then refine J
+#: on every level: a short Jet (FM follows and does the rest), then longer FM passes
+#: than hm's, since the coarse initial mapping leaves cluster-shaped block borders.
+_IM = Context(
+    name="im",
+    pipeline="im",
+    coarsening=CoarseningContext(factor=128, min_vertices=0),
+    refinement=RefinementContext(patience=3),
+    fm=FMContext(passes=10, stall_divisor=20, min_gain=0.001, fm_only_min_n=None),
+    local_fm=LocalFMContext(depth=0),
+    initial=InitialMappingContext(multisection=_IM_INITIAL),
+    multisection=_HM,
+)
+
+#: The named presets. The engine ``auto`` is ``im`` (whose rank placement and
+#: machines with unusable PEs run ``hm``).
+PRESETS: dict[str, Context] = {"hm": _HM, "hm-ultra": _HM_ULTRA, "im": _IM}
+
+
+def preset(name: str) -> Context:
+    """The preset of an engine name (``"hm"``, ``"hm-ultra"``, ``"im"``; ``"auto"`` is
+    ``"im"``). Contexts are frozen: derive with :func:`dataclasses.replace`."""
+    if name == "auto":
+        name = "im"
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of "
+                         f"{', '.join(PRESETS)} or auto") from None
