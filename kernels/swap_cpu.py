@@ -3,7 +3,10 @@
 Label propagation cannot move a task onto a full PE, so rank placement improves a
 valid placement with moves that keep it valid: a task moves to a PE with a free
 slot, or two tasks on different PEs exchange places. Each accepted step lowers J.
-Candidate PEs of a task are the PEs of its neighbours (where its traffic goes).
+Candidate PEs of a task are the PEs of its neighbours (where its traffic goes), or,
+with ``group > 1``, every PE of the aligned group of ``group`` PEs around each
+neighbour's PE (a processor's or a node's PEs): a task can then also move next to its
+neighbours when their own PEs are full, or swap with a task that has none there.
 Sequential and deterministic: tasks are visited in index order.
 """
 from __future__ import annotations
@@ -40,7 +43,7 @@ def _edge_weight(u, v, xadj, adjncy, adjwgt):
 
 
 @nb.njit(cache=True, nogil=True)
-def _swap_refine(xadj, adjncy, adjwgt, pe, cap, prefix, dist, max_passes, min_gain):
+def _swap_refine(xadj, adjncy, adjwgt, pe, cap, prefix, dist, max_passes, min_gain, group):
     n = pe.size
     k = cap.size
     count = np.zeros(k, dtype=np.int64)
@@ -69,30 +72,31 @@ def _swap_refine(xadj, adjncy, adjwgt, pe, cap, prefix, dist, max_passes, min_ga
             best_q = -1
             best_v = -1
             for e in range(xadj[u], xadj[u + 1]):
-                q = pe[adjncy[e]]
-                if q == p or seen[q] == u:
-                    continue
-                seen[q] = u
-                gain_u = base_u - _cost_at(u, q, pe, xadj, adjncy, adjwgt, prefix, dist)
-                # move into a free slot of q
-                if fill[q] < cap[q] and gain_u > best:
-                    best = gain_u
-                    best_q = q
-                    best_v = -1
-                # or swap with each task v on q
-                for s in range(start[q], start[q] + fill[q]):
-                    v = slot[s]
-                    c_uv = _edge_weight(u, v, xadj, adjncy, adjwgt)
-                    d_pq = _dist(p, q, prefix, dist)
-                    gain_v = (_cost_at(v, q, pe, xadj, adjncy, adjwgt, prefix, dist)
-                              - _cost_at(v, p, pe, xadj, adjncy, adjwgt, prefix, dist))
-                    # u and v keep their mutual distance; the two cost_at calls that
-                    # saw the partner in place counted 0 for the (u, v) edge
-                    g = gain_u + gain_v - 2.0 * c_uv * d_pq
-                    if g > best:
-                        best = g
+                g0 = (pe[adjncy[e]] // group) * group
+                for q in range(g0, min(g0 + group, k)):
+                    if q == p or seen[q] == u:
+                        continue
+                    seen[q] = u
+                    gain_u = base_u - _cost_at(u, q, pe, xadj, adjncy, adjwgt, prefix, dist)
+                    # move into a free slot of q
+                    if fill[q] < cap[q] and gain_u > best:
+                        best = gain_u
                         best_q = q
-                        best_v = v
+                        best_v = -1
+                    # or swap with each task v on q
+                    for s in range(start[q], start[q] + fill[q]):
+                        v = slot[s]
+                        c_uv = _edge_weight(u, v, xadj, adjncy, adjwgt)
+                        d_pq = _dist(p, q, prefix, dist)
+                        gain_v = (_cost_at(v, q, pe, xadj, adjncy, adjwgt, prefix, dist)
+                                  - _cost_at(v, p, pe, xadj, adjncy, adjwgt, prefix, dist))
+                        # u and v keep their mutual distance; the two cost_at calls that
+                        # saw the partner in place counted 0 for the (u, v) edge
+                        g = gain_u + gain_v - 2.0 * c_uv * d_pq
+                        if g > best:
+                            best = g
+                            best_q = q
+                            best_v = v
             if best_q < 0:
                 continue
             # apply: u leaves p for best_q; v (if any) goes to p
@@ -122,18 +126,21 @@ def _swap_refine(xadj, adjncy, adjwgt, pe, cap, prefix, dist, max_passes, min_ga
 
 
 def swap_refine(xadj, adjncy, adjwgt, pe, cap, prefix, dist, *, max_passes: int = 20,
-                min_gain: float = 1e-9) -> float:
+                min_gain: float = 1e-9, group: int = 1) -> float:
     """Improve the valid placement ``pe`` (task -> PE, modified in place).
 
     ``cap`` is the slots per PE (every PE must hold at most ``cap[p]`` tasks on
     entry; it stays so). ``prefix``/``dist`` describe the hierarchy (``prefix[t] =
     P_{t+1}``). Returns the decrease of ``sum_u cost_at(u)`` = J / 2, i.e. J drops by
-    twice the returned value.
+    twice the returned value. ``group``: the candidate PEs of a task are the PEs of
+    the aligned groups of ``group`` PEs (``b // group``) that hold its neighbours; 1:
+    its neighbours' PEs.
     """
     pe_view = pe if pe.dtype == np.int32 else pe.astype(np.int32)
     g = _swap_refine(xadj, adjncy, adjwgt.astype(np.float64, copy=False), pe_view,
                      np.asarray(cap, dtype=np.int64), np.asarray(prefix, dtype=np.int64),
-                     np.asarray(dist, dtype=np.float64), max_passes, min_gain)
+                     np.asarray(dist, dtype=np.float64), max_passes, min_gain,
+                     max(1, int(group)))
     if pe_view is not pe:
         pe[:] = pe_view
     return g

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -50,8 +51,9 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
     graph : the symmetric communication graph (J counts both directions of each edge).
     topology : a :class:`~procmap.topology.Hierarchy`; its capacities are slots per PE.
     engine : ``"hm"`` (hierarchical multisection), ``"hm-ultra"`` (with Jet's ultra
-        refinement schedule), ``"im"`` (integrated mapping) or ``"auto"`` (today the
-        ``im`` preset: ``im`` for partition mapping, ``hm`` for rank placement). Each
+        refinement schedule), ``"im"`` (integrated mapping) or ``"auto"`` (the ``im``
+        preset: ``im`` for partition mapping; for rank placement the best of ``hm`` and
+        ``hm-ultra`` starts and block placement, swap-refined, then polished). Each
         names a preset of :mod:`procmap.engines.context` (:func:`procmap.preset`).
     eps : allowed imbalance in partition mapping: ``L_max = ceil((1+eps) c(V)/k')``
         over the ``k'`` PEs with capacity.
@@ -193,10 +195,15 @@ def _swap_on_gpu(xadj, adjncy, adjwgt, pe, cap, prefix, dist, *, max_passes: int
 def _rank_placement(graph, topology, ctx: Context, seed, seconds, progress, device):
     """n <= slots: exact capacities in every split, then swaps; never worse than block.
 
-    Runs ``ctx``'s ``hm`` pipeline (:meth:`Context.hm_context`) with
-    ``ctx.placement``'s restarts and swap passes. On the GPU (``device="gpu"``, large
-    task counts only) the multisection runs there and the swaps are the parallel rounds
-    of :mod:`procmap.kernels.swap_gpu`.
+    Runs ``ctx``'s ``hm`` pipeline (:meth:`Context.hm_context`) with ``ctx.placement``'s
+    starts and swap passes, then the starts of ``ctx.placement.extra`` (``auto``:
+    ``hm-ultra``), then block placement; each candidate is swap-refined and the lowest J
+    wins (ties: the earliest candidate) and gets the wider swap polish of
+    ``ctx.placement.polish_group`` (never raising J). Start ``a`` of a pipeline uses seed
+    ``seed + 1009 a``, as that pipeline's own engine does, so a candidate equals the one
+    the engine would make. On the GPU (``device="gpu"``, large task counts only) the
+    multisections run there and the swaps are the parallel rounds of
+    :mod:`procmap.kernels.swap_gpu`.
     """
     run = ctx.hm_context()
     place = run.placement
@@ -208,30 +215,45 @@ def _rank_placement(graph, topology, ctx: Context, seed, seconds, progress, devi
     prefix = topology.prefix_sizes
     dist = np.asarray(topology.distances, dtype=np.float64)
     unit = np.ones(graph.n, dtype=np.int64)  # placement counts tasks, not their weights
-    used = run.name
-    starts = place.starts if graph.n <= place.multistart_n else 1
+    pipelines = [(run, place.starts_at(graph.n))]
+    extra_starts = place.extra_starts_at(graph.n)
+    if extra_starts:
+        pipelines.append((replace(place.extra, device=run.device), extra_starts))
     candidates = []
     t_hm = t_swap = 0.0
-    for attempt in range(starts):
-        t0 = time.perf_counter()
-        pes = hierarchical_multisection(graph.xadj, graph.adjncy, graph.adjwgt, unit, levels,
-                                        caps.astype(np.float64), 0.0, seed + 1009 * attempt,
-                                        run, caps=caps, device=device)
-        t1 = time.perf_counter()
-        swap(graph.xadj, graph.adjncy, graph.adjwgt, pes, caps, prefix, dist,
-             max_passes=place.swap_passes)
-        t_swap += time.perf_counter() - t1
-        t_hm += t1 - t0
-        candidates.append((evaluate(graph, topology, pes).J, attempt, pes, used))
+    for pipeline, starts in pipelines:
+        for attempt in range(starts):
+            t0 = time.perf_counter()
+            pes = hierarchical_multisection(graph.xadj, graph.adjncy, graph.adjwgt, unit,
+                                            levels, caps.astype(np.float64), 0.0,
+                                            seed + 1009 * attempt, pipeline, caps=caps,
+                                            device=device)
+            t1 = time.perf_counter()
+            swap(graph.xadj, graph.adjncy, graph.adjwgt, pes, caps, prefix, dist,
+                 max_passes=place.swap_passes)
+            t_swap += time.perf_counter() - t1
+            t_hm += t1 - t0
+            candidates.append((evaluate(graph, topology, pes).J, len(candidates), pes,
+                               pipeline.name))
     if progress:
-        progress("multisection + swaps", f"{graph.n} tasks on {topology.k} PEs, {starts} start(s)")
+        tried = " + ".join(f"{p.name} x{s}" for p, s in pipelines)
+        progress("multisection + swaps", f"{graph.n} tasks on {topology.k} PEs, {tried}")
     t0 = time.perf_counter()
     block = baselines.block(graph.n, topology)
     swap(graph.xadj, graph.adjncy, graph.adjwgt, block, caps, prefix, dist,
          max_passes=place.swap_passes)
     t_swap += time.perf_counter() - t0
-    candidates.append((evaluate(graph, topology, block).J, starts, block, "block+swaps"))
+    candidates.append((evaluate(graph, topology, block).J, len(candidates), block,
+                       "block+swaps"))
+    best = min(candidates, key=lambda c: (c[0], c[1]))  # ties: the earliest candidate
+    pes, used = best[2], best[3]
+    group = place.polish_group_for(prefix)
+    if group:
+        # on the host whatever the device: it never raises J, so the winner stays best
+        t0 = time.perf_counter()
+        swap_refine(graph.xadj, graph.adjncy, graph.adjwgt, pes, caps, prefix, dist,
+                    max_passes=place.swap_passes, group=group)
+        t_swap += time.perf_counter() - t0
     seconds["multisection"] = t_hm
     seconds["swap refinement"] = t_swap
-    best = min(candidates, key=lambda c: (c[0], c[1]))  # ties: the earliest start
-    return best[2], best[3]
+    return pes, used

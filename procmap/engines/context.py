@@ -9,7 +9,8 @@ kernel modules keep only implementation constants (CUDA block sizes, bucket coun
 queue capacities) and the defaults of their own signatures for direct calls.
 
 ``hm``, ``hm-ultra`` and ``im`` are presets (:data:`PRESETS`, :func:`preset`); the
-engine ``auto`` is the ``im`` preset (rank placement runs its multisection context).
+engine ``auto`` is the ``im`` preset (rank placement runs its multisection context's
+starts, then ``hm-ultra``'s, and polishes the best placement: :class:`PlacementContext`).
 A user derives a configuration with :func:`dataclasses.replace`::
 
     from dataclasses import replace
@@ -298,21 +299,67 @@ class InitialMappingContext:
 @dataclass(frozen=True)
 class PlacementContext:
     """Rank placement (``n <= slots``): exact capacities in every split, swap polish,
-    never worse than block placement.
+    never worse than block placement. Every candidate placement (each multisection start,
+    and block placement) is polished by swaps; the one with the lowest J is returned,
+    ties going to the earliest (this pipeline's starts, then :attr:`extra`'s, then
+    block placement). The budget is a number of starts, never a time: the same input and
+    seed give the same placement on any machine.
 
     ``multistart_n``
         Problems up to this many tasks try :attr:`starts` multisection seeds, each
         polished by swaps: they take milliseconds, and swaps alone stop in local optima.
     ``starts``
         Multisection seeds tried on those problems (1 above :attr:`multistart_n`).
+        Start ``a`` uses seed ``seed + 1009 a``, in every pipeline.
     ``swap_passes``
         Swap refinement passes at most per placement (the multisection's and block
         placement's).
+    ``extra``
+        A second ``hm`` pipeline whose starts are tried as well (``None``: none). The
+        ``im`` preset, hence ``auto``, adds ``hm-ultra``: its multisections are often better,
+        but each costs several times an ``hm`` start.
+        Starts with the same seed as the engine of that preset give the same candidate,
+        so where both pipelines run all their starts the result is never worse than
+        either engine's.
+    ``extra_starts``
+        Starts of :attr:`extra` by problem size: ``(max_n, starts)`` steps with
+        ascending ``max_n``; a problem of ``n`` tasks tries the ``starts`` of the first
+        step with ``n <= max_n``, none above the last step.
+    ``polish_group``
+        The winning candidate is swap-refined once more with a wider neighbourhood:
+        a task's candidate PEs are all PEs of the hierarchy groups (a processor's, a
+        node's) that hold its neighbours, the largest groups of at most this many PEs
+        (0, or no group that small: no polish). Plain swaps only try the neighbours'
+        own PEs, which are usually full; the wider search also moves a task next to
+        them. It costs about ``group`` times a plain swap pass, so it runs once, on
+        the winner, and never raises J (the result stays at most every candidate's).
     """
 
     multistart_n: int = 10_000
     starts: int = 4
     swap_passes: int = 20
+    extra: Context | None = None
+    extra_starts: tuple[tuple[int, int], ...] = ()
+    polish_group: int = 0
+
+    def polish_group_for(self, prefix_sizes) -> int:
+        """PEs per group of the polish on a hierarchy with group sizes
+        ``prefix_sizes`` (``P_1 .. P_l``, ascending); 0: no polish."""
+        fitting = [int(p) for p in prefix_sizes if int(p) <= self.polish_group]
+        return max(fitting) if fitting and max(fitting) > 1 else 0
+
+    def starts_at(self, n: int) -> int:
+        """Starts of this pipeline for ``n`` tasks."""
+        return self.starts if n <= self.multistart_n else 1
+
+    def extra_starts_at(self, n: int) -> int:
+        """Starts of :attr:`extra` for ``n`` tasks (0 without one)."""
+        if self.extra is None:
+            return 0
+        for max_n, starts in self.extra_starts:
+            if n <= max_n:
+                return starts
+        return 0
 
 
 @dataclass(frozen=True)
@@ -420,6 +467,9 @@ class Context:
         if ctx.multisection is not None:
             ctx = replace(ctx, multisection=ctx.multisection.with_schemes(coarsening,
                                                                           refinement))
+        if ctx.placement.extra is not None:
+            ctx = replace(ctx, placement=replace(ctx.placement, extra=ctx.placement.extra
+                                                 .with_schemes(coarsening, refinement)))
         return ctx
 
     def hm_context(self) -> Context:
@@ -463,19 +513,25 @@ _IM_INITIAL = Context(
 #: ``im``: coarsen the whole graph to 128 vertices per PE, map it with hm, then refine J
 #: on every level: a short Jet (FM follows and does the rest), then longer FM passes
 #: than hm's, since the coarse initial mapping leaves cluster-shaped block borders.
+#: Rank placement (hence ``auto``'s): hm starts, then hm-ultra starts (all four of each up
+#: to 512 tasks, so never worse than either engine there; fewer above, within the time
+#: a placement of 1024 ranks may take), block placement, and a node-wide swap polish.
 _IM = Context(
     name="im",
     pipeline="im",
     coarsening=CoarseningContext(factor=128, min_vertices=0),
-    refinement=RefinementContext(patience=3),
+    refinement=RefinementContext(patience=3, filters_coarse=(0.25,)),
     fm=FMContext(passes=10, stall_divisor=20, min_gain=0.001, fm_only_min_n=None),
     local_fm=LocalFMContext(depth=0),
     initial=InitialMappingContext(multisection=_IM_INITIAL),
+    placement=PlacementContext(multistart_n=512, extra=_HM_ULTRA,
+                               extra_starts=((512, 4), (2048, 2), (8192, 1)),
+                               polish_group=32),
     multisection=_HM,
 )
 
-#: The named presets. The engine ``auto`` is ``im`` (whose rank placement and
-#: machines with unusable PEs run ``hm``).
+#: The named presets. The engine ``auto`` is ``im`` (whose rank placement runs ``hm`` and
+#: ``hm-ultra`` starts, and whose machines with unusable PEs run ``hm``).
 PRESETS: dict[str, Context] = {"hm": _HM, "hm-ultra": _HM_ULTRA, "im": _IM}
 
 
