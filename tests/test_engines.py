@@ -266,22 +266,29 @@ def test_unionfind_coarsening_needs_fewer_levels_and_stops_near_the_target():
 
 
 @pytest.mark.parametrize("local_fm", [False, True])
-def test_multilevel_cycle_reports_the_objective_of_its_partition(local_fm):
+def test_uncoarsening_reports_the_objective_of_its_partition(local_fm):
     """The objective a cycle returns decides between tries and V-cycles; levels of
     fm.fm_only_min_n+ vertices skip Jet and carry it over from the coarser level (a
     projection keeps the cut), and localized FM subtracts its gains: the value must
     still be the partition's exact J."""
-    from procmap.engines import multilevel as ml
     from procmap.engines.context import preset
+    from procmap.engines.initial import metis_partition
+    from procmap.engines.multilevel import Problem, coarsen
+    from procmap.engines.uncoarsen import LevelPlan, uncoarsen
     ctx = preset("hm")
     g = grid_graph((150, 150))  # finest levels above fm_only_min_n
     assert g.n >= ctx.fm.fm_only_min_n
     k = 6
     lmax = math.ceil(1.03 * g.n / k)
-    problem = ml.Problem(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k, lmax, 0.03, np.array([k]),
-                         np.array([1.0]))
-    plan = ml._Plan(ultra=False, local_fm=local_fm)
-    runs = [ml._vcycle(problem, ctx, plan, 3) for _ in range(2)]
+    problem = Problem(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k, lmax, 0.03, np.array([k]),
+                      np.array([1.0]))
+    runs = []
+    for _ in range(2):
+        levels = coarsen(*problem.graph, ctx.coarsening.target(k), lmax, 3,
+                         coarsening=ctx.coarsening, device=ctx.device)
+        c = levels[-1]
+        start = metis_partition(c.xadj, c.adjncy, c.adjwgt, c.vwgt, k, 0.03, 3, None)
+        runs.append(uncoarsen(levels, start, problem, ctx, LevelPlan(local_fm=local_fm), 3))
     (part, value), (part2, value2) = runs
     h = Hierarchy((k,), (1.0,))
     assert value == evaluate(g, h, part).J

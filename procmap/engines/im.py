@@ -23,11 +23,11 @@ import numpy as np
 
 from procmap.kernels import backend
 from procmap.kernels.backend import to_host
-from procmap.kernels.fm_cpu import fm_refine
 
 from .context import Context
 from .hm import hierarchical_multisection
-from .multilevel import coarsen
+from .multilevel import Problem, coarsen
+from .uncoarsen import LevelPlan, uncoarsen
 
 
 def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int, eps: float,
@@ -39,7 +39,6 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
     ``"cpu"`` or ``"gpu"``; ``seconds`` receives the time per phase. The refinement's
     gain is the change in J whatever ``ctx.refinement.scheme``.
     """
-    ref, fm = ctx.refinement, ctx.fm
     k, prefix, dist = _hierarchy(levels, distances)
     t0 = time.perf_counter()
     be = backend.for_size(device, xadj.size - 1, ctx.device.gpu_min_vertices)
@@ -59,27 +58,10 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
     if progress:
         progress("initial mapping", "hm on the coarsest graph")
     t0 = time.perf_counter()
-    for depth in range(len(hier) - 1, -1, -1):
-        g = hier[depth]
-        lb = backend.of(g.xadj)
-        if depth < len(hier) - 1:
-            pes = lb.asarray(pes)[g.cmap]
-        refine = lb.refiner(ref.scheme)
-        host_fm = lb.name == "cpu" and fm.passes > 0
-        if lb.name == "cpu":
-            patience, phi = ref.patience, ref.phi
-        elif depth == 0:  # no FM follows on GPU levels: the finest one gets the polish
-            patience, phi = ref.polish_patience, ref.polish_phi
-        else:
-            patience, phi = max(ref.patience, ref.gpu_patience), ref.phi
-        pes, cost = refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,
-                           seed=seed + depth, max_iters=patience, phi=phi,
-                           filter_ratio=ref.single_pass_filter, max_weak=ref.max_weak)
-        if host_fm:
-            # a pass's gain counts one direction of each edge: J / 2 is the scale
-            fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, k, lmax, prefix, dist,
-                      max_passes=fm.passes, max_stall=fm.max_stall(g.n),
-                      min_gain=fm.min_gain * cost / 2, max_work=fm.max_work)
+    finest = hier[0]
+    problem = Problem(finest.xadj, finest.adjncy, finest.adjwgt, finest.vwgt, k=k, lmax=lmax,
+                      eps=eps, prefix=prefix, dist=dist)
+    pes, _ = uncoarsen(hier, pes, problem, ctx, LevelPlan(polish_finest=True), seed)
     pes = to_host(pes)
     seconds["refinement"] = time.perf_counter() - t0
     return np.asarray(pes, dtype=np.int32)

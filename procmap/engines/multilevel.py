@@ -40,12 +40,12 @@ import numpy as np
 
 from procmap.kernels import backend
 from procmap.kernels.backend import threading_layer, to_host
-from procmap.kernels.fm_cpu import fm_refine, local_fm_refine
 
 from procmap.options import COARSENINGS, REFINEMENTS  # noqa: F401  (re-exported)
 
 from .context import CoarseningContext, Context, DeviceContext, preset
 from .initial import metis_partition
+from .uncoarsen import LevelPlan, uncoarsen
 
 
 @dataclass
@@ -139,15 +139,6 @@ class Problem:
         return self.xadj, self.adjncy, self.adjwgt, self.vwgt
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """The context's choices for one split: ``ultra`` (Jet's ultra schedule on every
-    level) and ``local_fm`` (localized FM after the passes)."""
-
-    ultra: bool
-    local_fm: bool
-
-
 def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float, seed: int = 0,
                    ctx: Context | None = None, depth: int = 0,
                    prefix: np.ndarray | None = None, dist: np.ndarray | None = None,
@@ -178,7 +169,7 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
                       targets)
     # localized FM only where the whole split runs on the host: after it, GPU levels
     # refine by Jet alone, where localized FM on the host levels made J worse
-    plan = _Plan(ultra=ctx.schedule.ultra_at(depth),
+    plan = LevelPlan(ultra=ctx.schedule.ultra_at(depth),
                  local_fm=depth < ctx.local_fm.depth and be.name == "cpu")
     vcycles = ctx.schedule.vcycles_at(depth)
 
@@ -252,15 +243,14 @@ def _each_try(attempt, tries: int, gpu: bool, workers: int):
         return list(pool.map(run, range(tries)))
 
 
-def _vcycle(problem: Problem, ctx: Context, plan: _Plan, seed: int, start=None):
+def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=None):
     """One coarsen / initial partition / refine cycle; returns ``(part, objective)``.
 
     With ``start`` (a partition) the cycle is a V-cycle that keeps blocks intact
     while coarsening and starts refining from ``start`` on the coarsest level.
     """
-    p, ref, fm, lfm = problem, ctx.refinement, ctx.fm, ctx.local_fm
-    k, lmax, prefix, dist = p.k, p.lmax, p.prefix, p.dist
-    levels = coarsen(*p.graph, ctx.coarsening.target(k), lmax, seed, start, ctx.coarsening,
+    p = problem
+    levels = coarsen(*p.graph, ctx.coarsening.target(p.k), p.lmax, seed, start, ctx.coarsening,
                      ctx.device)
     coarsest = levels[-1]
     if start is not None:
@@ -268,44 +258,6 @@ def _vcycle(problem: Problem, ctx: Context, plan: _Plan, seed: int, start=None):
     else:
         host = [to_host(a) for a in (coarsest.xadj, coarsest.adjncy, coarsest.adjwgt,
                                      coarsest.vwgt)]
-        part = backend.of(coarsest.xadj).asarray(metis_partition(*host, k, p.eps, seed,
+        part = backend.of(coarsest.xadj).asarray(metis_partition(*host, p.k, p.eps, seed,
                                                                  p.targets))
-    value = None
-    for depth in range(len(levels) - 1, -1, -1):
-        g = levels[depth]
-        be = backend.of(g.xadj)
-        if depth < len(levels) - 1:
-            part = be.asarray(part)[g.cmap]  # project the coarser partition onto this level
-        host_fm = fm.passes > 0 and be.name == "cpu"  # FM is sequential: a CPU step
-        patience, phi = ref.patience, ref.phi
-        if be.name == "gpu":  # no FM follows: Jet refines alone, longer
-            patience = max(ref.patience, ref.gpu_patience)
-            if plan.ultra:
-                patience, phi = ref.gpu_ultra_patience, ref.gpu_ultra_phi
-        if (host_fm and not plan.ultra and value is not None and fm.fm_only_min_n is not None
-                and g.n >= fm.fm_only_min_n
-                and int(be.block_weights(part, g.vwgt, k).max()) <= lmax):
-            # FM alone (FMContext.fm_only_min_n); projection keeps J, so value carries over
-            part = np.ascontiguousarray(part, dtype=np.int32)
-        elif ref.scheme == "jet":
-            # one Jet pass per filter ratio (17 with ultra), sharing their setup
-            part, value = be.ultra_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
-                                          prefix, dist, seed=seed + depth, max_iters=patience,
-                                          phi=phi, max_weak=ref.max_weak,
-                                          filter_ratios=ref.filters(ultra=plan.ultra,
-                                                                    finest=depth == 0))
-        else:  # independent-set refinement has no filter schedule: one pass
-            part, value = be.isr_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
-                                        prefix, dist, seed=seed + depth, max_iters=patience,
-                                        phi=phi, max_weak=ref.max_weak,
-                                        filter_ratio=ref.single_pass_filter)
-        if host_fm:
-            value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
-                                     dist, max_passes=fm.passes, max_stall=fm.max_stall(g.n),
-                                     min_gain=fm.min_gain * value / 2 if fm.min_gain else 0.0,
-                                     max_work=fm.max_work)
-            if plan.local_fm and g.n <= lfm.max_n:
-                value -= 2.0 * local_fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
-                                               prefix, dist, max_stall=lfm.stall,
-                                               max_rounds=lfm.rounds, max_work=lfm.max_work)
-    return part, value
+    return uncoarsen(levels, part, p, ctx, plan, seed)

@@ -1,0 +1,124 @@
+"""Refinement while uncoarsening: the one loop every engine runs (docs/design.md section 4).
+
+Every multilevel cycle ends the same way. :func:`uncoarsen` walks the levels from
+the coarsest to the finest, projects the partition (or mapping) onto each level and
+calls :func:`refine_level`, which runs the context's refinement chain there:
+
+1. label propagation (:class:`~procmap.engines.context.RefinementContext`): Jet, one
+   pass per filter ratio of the level, or G-kway's ISR; with Jet's weak and strong
+   rebalancing;
+2. global FM passes (:class:`~procmap.engines.context.FMContext`), on host levels;
+3. localized FM searches (:class:`~procmap.engines.context.LocalFMContext`), where the
+   plan asks for them.
+
+The objective is the edge cut (``prefix = [k]``, ``dist = [1]``) or J for the
+hierarchy ``prefix``/``dist``; blocks never end above ``lmax``. An ``hm`` split, a
+V-cycle and ``im``'s integrated mapping differ only in their :class:`LevelPlan` and
+context. Devices: each level refines on the backend its arrays live on; GPU levels
+get no FM (it is sequential) and let Jet run longer instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from procmap.kernels import backend
+from procmap.kernels.fm_cpu import fm_refine, local_fm_refine
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .multilevel import Level, Problem
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """What a cycle asks of every level, beside the context.
+
+    ``ultra``
+        Jet's ultra schedule (:attr:`RefinementContext.ultra_filters`) on every level;
+        such levels never skip Jet for FM.
+    ``local_fm``
+        Localized FM after the global passes, on host levels of at most
+        :attr:`LocalFMContext.max_n` vertices.
+    ``polish_finest``
+        The finest level, when it is on the GPU, refines with the polish patience and
+        phi (:attr:`RefinementContext.polish_patience`): ``im``'s last step. ``hm``'s
+        splits polish after all their tries instead (``multilevel.kway_partition``).
+    """
+
+    ultra: bool = False
+    local_fm: bool = False
+    polish_finest: bool = False
+
+
+def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan, *,
+                 depth: int, seed: int, value: float | None = None):
+    """Refine ``part`` on level ``g`` (``depth`` 0: the finest); returns
+    ``(part, objective)``.
+
+    ``value`` is the objective of ``part`` when known (the projection of a refined
+    coarser level keeps it): a balanced host level of at least
+    :attr:`FMContext.fm_only_min_n` vertices then goes to FM directly.
+    """
+    ref, fm, lfm = ctx.refinement, ctx.fm, ctx.local_fm
+    k, lmax, prefix, dist = problem.k, problem.lmax, problem.prefix, problem.dist
+    be = backend.of(g.xadj)
+    host_fm = fm.passes > 0 and be.name == "cpu"  # FM is sequential: a CPU step
+    patience, phi = _patience(ctx, plan, be.name == "gpu", depth == 0)
+    if (host_fm and not plan.ultra and value is not None and fm.fm_only_min_n is not None
+            and g.n >= fm.fm_only_min_n
+            and int(be.block_weights(part, g.vwgt, k).max()) <= lmax):
+        part = np.ascontiguousarray(part, dtype=np.int32)  # FM alone; value carries over
+    elif ref.scheme == "jet":
+        # one Jet pass per filter ratio, sharing their setup
+        part, value = be.ultra_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
+                                      dist, seed=seed, max_iters=patience, phi=phi,
+                                      max_weak=ref.max_weak,
+                                      filter_ratios=ref.filters(ultra=plan.ultra,
+                                                                finest=depth == 0))
+    else:  # independent-set refinement has no filter schedule: one pass
+        part, value = be.isr_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
+                                    dist, seed=seed, max_iters=patience, phi=phi,
+                                    max_weak=ref.max_weak, filter_ratio=ref.single_pass_filter)
+    if host_fm:
+        # a pass's gain counts one direction of each edge: value / 2 is its scale
+        value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, dist,
+                                 max_passes=fm.passes, max_stall=fm.max_stall(g.n),
+                                 min_gain=fm.min_gain * value / 2 if fm.min_gain else 0.0,
+                                 max_work=fm.max_work)
+        if plan.local_fm and g.n <= lfm.max_n:
+            value -= 2.0 * local_fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                           prefix, dist, max_stall=lfm.stall,
+                                           max_rounds=lfm.rounds, max_work=lfm.max_work)
+    return part, value
+
+
+def uncoarsen(levels: list[Level], part, problem: Problem, ctx: Context, plan: LevelPlan,
+              seed: int):
+    """Project ``part`` (a partition of the coarsest level, ``levels[-1]``) level by
+    level onto the finest one, refining each with :func:`refine_level` (level ``d``
+    with seed ``seed + d``); returns ``(part, objective)`` on the finest level."""
+    value = None
+    for depth in range(len(levels) - 1, -1, -1):
+        g = levels[depth]
+        if depth < len(levels) - 1:
+            part = backend.of(g.xadj).asarray(part)[g.cmap]  # the coarser level's partition
+        part, value = refine_level(g, part, problem, ctx, plan, depth=depth, seed=seed + depth,
+                                   value=value)
+    return part, value
+
+
+def _patience(ctx: Context, plan: LevelPlan, gpu: bool, finest: bool) -> tuple[int, float]:
+    """Jet's ``(patience, phi)`` on a level: the host's, or on the GPU, where no FM
+    follows, the polish's (finest level of a ``polish_finest`` plan), the ultra
+    passes', or at least :attr:`RefinementContext.gpu_patience`."""
+    ref = ctx.refinement
+    if not gpu:
+        return ref.patience, ref.phi
+    if plan.polish_finest and finest:
+        return ref.polish_patience, ref.polish_phi
+    if plan.ultra:
+        return ref.gpu_ultra_patience, ref.gpu_ultra_phi
+    return max(ref.patience, ref.gpu_patience), ref.phi
