@@ -199,6 +199,34 @@ def gpu_available() -> bool:
         return False
 
 
+def warm_numba() -> None:
+    """Set up Numba's CPU target now, in the calling thread.
+
+    The first dispatch of any kernel in a process pays Numba's one-time target set-up
+    (``load_additional_registries``: it imports ``numba.np.arraymath`` and through it
+    SciPy's linear algebra; about half a second), whichever kernel it is. This
+    dispatches the smallest cached kernel (:func:`.validate_cpu.check_xadj`, serial,
+    with the argument types the ``.pmg`` reader passes) so that the set-up can run
+    in a background thread while the main thread reads a file (``procmap map``).
+    Later dispatches in any thread find the target ready; one that comes while this
+    runs waits for it on Numba's compiler lock. Computes nothing that anyone keeps.
+    """
+    from . import validate_cpu
+
+    validate_cpu.check_xadj(np.zeros(1, dtype=np.int64), 0)
+
+
+def warm_gpu() -> None:
+    """Import CuPy and create the CUDA context of the current device (``cudaFree(0)``),
+    the one-time cost (a few tenths of a second) that the first GPU operation of a
+    process pays otherwise. The context is the process's primary context: every
+    thread that then uses the device shares it. Allocates and launches nothing.
+    Raises whatever CuPy raises (no CuPy, no driver, no device)."""
+    import cupy
+
+    cupy.cuda.runtime.free(0)
+
+
 def resolve_device(device: str, directed_edges: int,
                    auto_gpu_min_edges: int = AUTO_GPU_MIN_EDGES) -> str:
     """The concrete device ("cpu" or "gpu") for the user's ``device`` choice.

@@ -386,12 +386,77 @@ def _remove(tmp: str) -> None:
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """Return the whole content of ``path``; any ``OSError`` becomes a FormatError."""
+    """Return the whole content of ``path``; any ``OSError`` becomes a FormatError.
+
+    A read of the same file started by :func:`prefetch_bytes` is taken over (waited
+    for) when the file still has the identity and size it had then; otherwise, or
+    when that read failed, the file is read here as always (so errors read the same).
+    """
+    pending = _PREFETCHED.pop(os.fspath(path), None) if _PREFETCHED else None
+    if pending is not None:
+        data = pending.take()
+        if data is not None:
+            return data
     try:
         with open(path, "rb") as handle:
             return handle.read()
     except OSError as exc:
         raise FormatError(f"cannot read: {exc.strerror or exc}", path) from None
+
+
+class _Prefetch:
+    """A whole-file read running in a background thread (the read releases the
+    interpreter lock: ``procmap map`` imports its engines meanwhile)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.data: bytes | None = None
+        self.identity = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="procmap-prefetch")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            with open(self.path, "rb") as handle:
+                self.identity = _identity(os.fstat(handle.fileno()))
+                self.data = handle.read()
+        except Exception:  # noqa: BLE001 -- read_bytes reads again and reports it
+            self.data = None
+
+    def take(self) -> bytes | None:
+        """The bytes read, or ``None`` (failed, or the file changed since)."""
+        self.thread.join()
+        data, self.data = self.data, None
+        try:
+            unchanged = _identity(os.stat(self.path)) == self.identity
+        except OSError:
+            unchanged = False
+        if data is None or not unchanged or len(data) != self.identity[-1]:
+            return None
+        return data
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+#: Reads started by :func:`prefetch_bytes` and not yet taken, by path as given.
+_PREFETCHED: dict[str, _Prefetch] = {}
+
+
+def prefetch_bytes(path: str | os.PathLike) -> None:
+    """Start reading ``path`` whole in a background thread; the next
+    :func:`read_bytes` of the same path takes the bytes over. Whoever starts one
+    calls :func:`discard_prefetch` once the reader is done (a read that no reader
+    took is dropped then, not kept in memory)."""
+    key = os.fspath(path)
+    if key not in _PREFETCHED:
+        _PREFETCHED[key] = _Prefetch(key)
+
+
+def discard_prefetch(path: str | os.PathLike) -> None:
+    """Drop a read started by :func:`prefetch_bytes` that no reader took."""
+    _PREFETCHED.pop(os.fspath(path), None)
 
 
 def as_format_error(error: InputError, path: str | os.PathLike) -> FormatError:

@@ -29,15 +29,19 @@ The reader gives the same guarantees as the text readers (the invariants of
 :class:`~procmap.graph.CommGraph`): before anything is allocated, the header is
 checked (magic, version, dtype code, flags, reserved bytes, ``1 <= n <= MAX_TASKS``)
 and the file size must equal the size the header implies exactly. Then the file
-is read once, its checksum computed (in a second thread) while
-:mod:`procmap.kernels.validate_cpu` checks ``xadj`` (``xadj[0] == 0``, monotone,
-``xadj[n] == nnz``), every row (ids in ``0..n-1``, no self loop, strictly
-increasing, weights finite and ``> 0``) and symmetry (every ``(u, v, w)`` has a
-reverse ``(v, u, w)``), and numpy checks ``vwgt >= 0``, the padding and the totals
-(:func:`~procmap.limits.check_total`). The first violation is reported as one
-line naming the file and the task ids; a wrong checksum takes precedence over the
-structural problems it may cause. Float weights that are all integral become
-int64, as in every other reader. ``n = 0`` is refused, as by the text formats.
+is read once, in pieces by several threads, each piece checksummed by the thread
+that read it (:class:`PendingRead`; the pieces' CRCs are joined with
+:func:`crc32_combine`), and :mod:`procmap.kernels.validate_cpu` checks ``xadj``
+(``xadj[0] == 0``, monotone, ``xadj[n] == nnz``), every row (ids in ``0..n-1``,
+no self loop, strictly increasing, weights finite and ``> 0``) and symmetry
+(every ``(u, v, w)`` has a reverse ``(v, u, w)``), and numpy checks ``vwgt >= 0``,
+the padding and the totals (:func:`~procmap.limits.check_total`); the totals
+computed are handed to the graph (``total_edge_weight`` for integer weights,
+``total_vertex_weight``). The first violation is reported as one line naming the
+file and the task ids; a wrong checksum takes precedence over the structural
+problems it may cause (it is checked first). Float weights that are all integral
+become int64, as in every other reader. ``n = 0`` is refused, as by the text
+formats.
 """
 from __future__ import annotations
 
@@ -156,58 +160,232 @@ def read_pmg(path: str | os.PathLike) -> CommGraph:
     Raises :class:`FormatError` naming the file for any violation; memory use is
     the file's size plus O(n / 4096).
     """
-    try:
+    return PendingRead(path, background=False).result()
+
+
+#: Bytes per piece of the parallel read: each piece is read and checksummed by one
+#: thread, while it is still in that core's cache.
+CHUNK_BYTES = 32 << 20
+#: At most this many reading threads (a copy from the page cache saturates memory
+#: bandwidth well before).
+MAX_READ_THREADS = 16
+
+
+def start_read(path: str | os.PathLike) -> "PendingRead":
+    """Start reading the ``.pmg`` file ``path`` in background threads; the returned
+    :class:`PendingRead`'s :meth:`~PendingRead.result` validates it and returns the
+    graph (or raises what :func:`read_pmg` raises).
+
+    ``procmap map`` starts the read before its imports and Numba's set-up, which
+    hold the interpreter lock while the read does not need it (docs/design.md
+    section 9): the file is read while they run.
+    """
+    return PendingRead(path)
+
+
+class PendingRead:
+    """A ``.pmg`` file being read (:func:`start_read`), or read (``background=False``,
+    :func:`read_pmg`: the caller's thread does what the first thread would).
+
+    One thread opens the file and checks the header; the body is then read by up
+    to :data:`MAX_READ_THREADS` threads in :data:`CHUNK_BYTES` pieces with
+    ``os.preadv`` (the copy from the page cache and the page faults run on several
+    cores; neither holds the interpreter lock), each piece checksummed by the
+    thread that read it (``zlib.crc32`` releases the lock too); the pieces' CRCs
+    are joined with :func:`crc32_combine`. Nothing is validated until
+    :meth:`result`, which runs in the caller's thread.
+    """
+
+    def __init__(self, path: str | os.PathLike, background: bool = True):
+        self.path = path
+        self._cancelled = threading.Event()
+        self._outcome: tuple | None = None
+        self._error: BaseException | None = None
+        self._thread = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="procmap-pmg-read",
+                                            daemon=True)
+            self._thread.start()
+        else:  # read here and now (read_pmg): pieces in parallel only beyond one piece
+            self._run()
+
+    def cancel(self) -> None:
+        """Stop reading after the pieces in flight (the caller gave up: its result is
+        never asked for). Harmless after the read ended."""
+        self._cancelled.set()
+
+    def result(self) -> CommGraph:
+        """Wait for the read, then check the checksum and validate (see the module
+        docstring); raises :class:`FormatError` naming the file for any violation."""
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        buffer, n, nnz, wdtype, checksum, crc = self._outcome
+        self._outcome = None  # the graph owns the buffer from here
+        return _from_buffer(buffer, n, nnz, wdtype, checksum, crc, self.path)
+
+    def _run(self) -> None:
+        try:
+            self._outcome = self._read()
+        except OSError as exc:
+            self._error = FormatError(f"cannot read: {exc.strerror or exc}", self.path)
+        except BaseException as exc:  # noqa: BLE001 -- handed to result()
+            self._error = exc
+
+    def _read(self) -> tuple:
+        path = self.path
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
             n, nnz, wdtype, checksum, head = read_header(handle, size, path)
             buffer = np.empty(size, dtype=np.uint8)
             view = memoryview(buffer)
             view[:HEADER_SIZE] = head
-            got = HEADER_SIZE
-            while got < size:
-                count = handle.readinto(view[got:])
-                if not count:
-                    raise FormatError(f"file shrank while being read ({got:,} of {size:,} "
-                                      "bytes)", path)
-                got += count
-    except OSError as exc:
-        raise FormatError(f"cannot read: {exc.strerror or exc}", path) from None
-    return _from_buffer(buffer, n, nnz, wdtype, checksum, path)
+            # In the background the caller's thread is busy (imports): one core is left to it.
+            crc = _read_body(handle.fileno(), view, HEADER_SIZE, size, self._cancelled, path,
+                             spare=1 if self._thread is not None else 0)
+        if self._cancelled.is_set():
+            raise FormatError("read cancelled", path)
+        crc = crc32_combine(zlib.crc32(head[:32]), crc, size - HEADER_SIZE)
+        return buffer, n, nnz, wdtype, checksum, crc
+
+
+def _threads_for(nchunks: int, spare: int = 0) -> int:
+    """Reading threads for ``nchunks`` pieces: one per usable core but ``spare``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores - spare, MAX_READ_THREADS, nchunks))
+
+
+def _read_body(fd: int, view: memoryview, start: int, size: int, cancelled: threading.Event,
+               path, spare: int = 0) -> int:
+    """Fill ``view[start:size]`` from ``fd`` (positional reads, in parallel pieces) and
+    return the CRC-32 of those bytes. A short file is a :class:`FormatError`."""
+    bounds = [(lo, min(lo + CHUNK_BYTES, size)) for lo in range(start, size, CHUNK_BYTES)]
+    crcs = [0] * len(bounds)
+    errors: list[BaseException] = []
+    pieces = iter(range(len(bounds)))  # next() on it is atomic under the interpreter lock
+
+    def work() -> None:
+        try:
+            for i in pieces:
+                if cancelled.is_set() or errors:
+                    return
+                lo, hi = bounds[i]
+                _read_exactly(fd, view[lo:hi], lo, size, path)
+                crcs[i] = zlib.crc32(view[lo:hi])
+        except BaseException as exc:  # noqa: BLE001 -- re-raised by the caller
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, daemon=True, name="procmap-pmg-piece")
+               for _ in range(_threads_for(len(bounds), spare) - 1)]
+    for worker in workers:
+        worker.start()
+    work()  # this thread reads pieces too
+    for worker in workers:
+        worker.join()
+    if errors:
+        raise errors[0]
+    crc = 0
+    for (lo, hi), piece in zip(bounds, crcs):
+        crc = crc32_combine(crc, piece, hi - lo)
+    return crc
+
+
+def _read_exactly(fd: int, view: memoryview, offset: int, size: int, path) -> None:
+    got = 0
+    while got < len(view):
+        if _preadv is not None:
+            count = _preadv(fd, [view[got:]], offset + got)
+        else:  # no preadv on this platform: pread, then copy
+            data = os.pread(fd, len(view) - got, offset + got)
+            view[got:got + len(data)] = data
+            count = len(data)
+        if not count:
+            raise FormatError(f"file shrank while being read ({offset + got:,} of {size:,} "
+                              "bytes)", path)
+        got += count
+
+
+_preadv = getattr(os, "preadv", None)
+
+
+# -------------------------------------------------------------- CRC-32 combination
+# zlib's crc32_combine (not exposed by Python's zlib), as zlib 1.2.12 computes it:
+# polynomials over GF(2) in reflected bit order, x^(2^k) mod p tabulated.
+_POLY = 0xEDB88320
+
+
+def _multmodp(a: int, b: int) -> int:
+    """``a * b mod p`` (CRC-32 polynomial, reflected)."""
+    m = 1 << 31
+    p = 0
+    while True:
+        if a & m:
+            p ^= b
+            if (a & (m - 1)) == 0:
+                break
+        m >>= 1
+        b = (b >> 1) ^ _POLY if b & 1 else b >> 1
+    return p
+
+
+def _x2n_table() -> list[int]:
+    table = [1 << 30]  # x^1
+    for _ in range(31):
+        table.append(_multmodp(table[-1], table[-1]))
+    return table
+
+
+_X2N = _x2n_table()
+
+
+def _x2nmodp(n: int, k: int) -> int:
+    """``x^(n * 2^k) mod p``."""
+    p = 1 << 31  # x^0
+    while n:
+        if n & 1:
+            p = _multmodp(_X2N[k & 31], p)
+        n >>= 1
+        k += 1
+    return p
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32 of ``A + B`` from ``crc1 = zlib.crc32(A)``, ``crc2 = zlib.crc32(B)``
+    and ``len2 = len(B)`` (zlib's ``crc32_combine``)."""
+    return _multmodp(_x2nmodp(len2, 3), crc1) ^ crc2
 
 
 def _from_buffer(buffer: np.ndarray, n: int, nnz: int, wdtype: np.dtype, checksum: int,
-                 path) -> CommGraph:
-    """Checksum, validate and wrap the arrays of a whole ``.pmg`` file in ``buffer``."""
+                 crc: int, path) -> CommGraph:
+    """Validate and wrap the arrays of a whole ``.pmg`` file in ``buffer``, whose
+    checksum (header and body, as stored) is ``crc``."""
     from procmap.kernels import validate_cpu as kv
 
-    header = memoryview(buffer)[:32]
-    body = memoryview(buffer)[HEADER_SIZE:]
-    crc: list[int] = []
-    worker = threading.Thread(target=lambda: crc.append(zlib.crc32(body, zlib.crc32(header))))
-    worker.start()
-    try:
-        offset = HEADER_SIZE
-        xadj = buffer[offset:offset + 8 * (n + 1)].view(np.int64)
-        offset += 8 * (n + 1)
-        adjncy = buffer[offset:offset + 4 * nnz].view(np.int32)
-        offset += 4 * nnz
-        padding = buffer[offset:offset + _pad(4 * nnz)]
-        offset += _pad(4 * nnz)
-        adjwgt = buffer[offset:offset + 8 * nnz].view(wdtype.newbyteorder("="))
-        offset += 8 * nnz
-        vwgt = buffer[offset:offset + 8 * n].view(np.int64)
-        bad = kv.check_xadj(xadj, nnz)
-        result = None if bad >= 0 else kv.check_rows(xadj, adjncy, adjwgt, 1)
-    finally:
-        worker.join()
-    if crc[0] != checksum:
+    # A wrong checksum takes precedence over the structural problems it may cause.
+    if crc != checksum:
         raise FormatError(f"checksum mismatch (stored {checksum:#010x}, computed "
-                          f"{crc[0]:#010x}): the file is corrupt", path)
+                          f"{crc:#010x}): the file is corrupt", path)
+    offset = HEADER_SIZE
+    xadj = buffer[offset:offset + 8 * (n + 1)].view(np.int64)
+    offset += 8 * (n + 1)
+    adjncy = buffer[offset:offset + 4 * nnz].view(np.int32)
+    offset += 4 * nnz
+    padding = buffer[offset:offset + _pad(4 * nnz)]
+    offset += _pad(4 * nnz)
+    adjwgt = buffer[offset:offset + 8 * nnz].view(wdtype.newbyteorder("="))
+    offset += 8 * nnz
+    vwgt = buffer[offset:offset + 8 * n].view(np.int64)
     if padding.any():
         raise FormatError("non-zero padding after adjncy", path)
+    bad = kv.check_xadj(xadj, nnz)
     if bad >= 0:
         raise FormatError(f"xadj[{bad}] = {int(xadj[bad]):,} breaks xadj[0] = 0 <= ... <= "
                           f"xadj[n] = nnz = {nnz:,} (row pointers must be non-decreasing)", path)
+    result = kv.check_rows(xadj, adjncy, adjwgt, 1)
     entry, code, upper, largest, total, fractional = result
     if code == kv.OK and 2 * upper != nnz:
         # some entry below the diagonal has no reverse: name the first one
@@ -220,22 +398,36 @@ def _from_buffer(buffer: np.ndarray, n: int, nnz: int, wdtype: np.dtype, checksu
             if first_code != kv.OK:
                 entry, code = first, first_code
         raise FormatError(_violation(int(entry), int(code), xadj, adjncy, adjwgt), path)
+    edge_total = None  # the exact total edge weight, where the validation gave it
     try:
         if wdtype.kind == "i":
             if largest * nnz > 2.0 ** 62:
-                check_total(exact_sum(adjwgt), "total edge weight (both directions)")
+                edge_total = exact_sum(adjwgt)
+                check_total(edge_total, "total edge weight (both directions)")
         else:
             if not np.isfinite(total):
                 check_total(exact_sum(adjwgt), "total edge weight (both directions)")
             if fractional == 0 and largest < _INT_EXACT:
                 adjwgt = adjwgt.astype(np.int64)  # as every reader: integral weights are int64
+        if adjwgt.dtype.kind == "i" and edge_total is None and total < _INT_EXACT:
+            # Positive integers, every partial sum of the kernel's float64 total below
+            # 2^53: that total is exact (map_tasks needs it; a pass over adjwgt saved).
+            edge_total = int(total)
         if n and vwgt.min() < 0:
             u = int(np.argmin(vwgt))
             raise InputError(f"negative vertex weight {int(vwgt[u])} (task {u})")
-        check_total(exact_sum(vwgt), "total vertex weight")
+        vertex_total = exact_sum(vwgt)
+        check_total(vertex_total, "total vertex weight")
     except InputError as exc:
         raise as_format_error(exc, path) from None
-    return CommGraph(xadj, adjncy, adjwgt, vwgt)
+    graph = CommGraph(xadj, adjncy, adjwgt, vwgt)
+    # The totals just computed, as CommGraph's cached properties keep them (computed
+    # once): the same exact ints total_edge_weight / total_vertex_weight would give.
+    cached = vars(graph)
+    cached.setdefault("total_vertex_weight", vertex_total)
+    if edge_total is not None:
+        cached.setdefault("total_edge_weight", edge_total)
+    return graph
 
 
 def _violation(entry: int, code: int, xadj, adjncy, adjwgt) -> str:
