@@ -46,6 +46,18 @@ class Backend:
     ultra_refine: Callable  # jet_refine passes over a schedule of filter ratios
     internal_edges: Callable  # the CSR without the edges between blocks (V-cycles)
 
+    @property
+    def on_device(self) -> bool:
+        """Whether this backend's arrays live in device memory: its work runs on
+        streams, is bounded by the device's memory, and small graphs move to the host."""
+        return self.name == "gpu"
+
+    @property
+    def runs_sequential_refiners(self) -> bool:
+        """Whether the sequential refiners (FM, localized FM) run on this backend's
+        levels; where they do not, Jet refines alone and longer."""
+        return self.name == "cpu"
+
     def asarray(self, a, dtype=None):
         """``a`` on this backend's device (no copy when it is already there)."""
         if self.name == "cpu":

@@ -108,7 +108,7 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
         if g.part is not None:
             cpart = be.xp.empty(nc, dtype=np.int32)
             cpart[cmap] = g.part
-        if be.name == "gpu" and nc < device.gpu_min_vertices:
+        if be.on_device and nc < device.gpu_min_vertices:
             # small levels are faster on the host (and get FM there)
             coarse = tuple(to_host(a) for a in coarse)
             cpart = None if cpart is None else to_host(cpart)
@@ -170,7 +170,7 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     # localized FM only where the whole split runs on the host: after it, GPU levels
     # refine by Jet alone, where localized FM on the host levels made J worse
     plan = LevelPlan(ultra=ctx.schedule.ultra_at(depth),
-                 local_fm=depth < ctx.local_fm.depth and be.name == "cpu")
+                 local_fm=depth < ctx.local_fm.depth and be.runs_sequential_refiners)
     vcycles = ctx.schedule.vcycles_at(depth)
 
     def attempt(i):
@@ -188,14 +188,14 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     best, best_key = None, None
     tries = max(1, ctx.schedule.tries_at(depth))
     graph_bytes = sum(int(a.nbytes) for a in (xadj, adjncy, adjwgt, vwgt) if a is not None)
-    workers = _try_workers(tries, be.name == "gpu", n, adjncy.size, graph_bytes, ctx.device)
-    for part, value in _each_try(attempt, tries, be.name == "gpu", workers):
+    workers = _try_workers(tries, be.on_device, n, adjncy.size, graph_bytes, ctx.device)
+    for part, value in _each_try(attempt, tries, be.on_device, workers):
         key = (int(be.block_weights(part, vwgt, k).max()) > lmax, value)
         if best_key is None or key < best_key:  # ties: the earlier try
             best, best_key = part, key
     if workers > 1:
         best = be.adopt(best)  # made on a worker's stream (GPU)
-    if be.name == "gpu":  # no FM ran on the GPU levels: polish (RefinementContext)
+    if not be.runs_sequential_refiners:  # Jet alone refined the device levels: polish
         ref = ctx.refinement
         refine = be.refiner(ref.scheme)
         best, _ = refine(xadj, adjncy, adjwgt, vwgt, best, k, lmax, problem.prefix,

@@ -65,8 +65,8 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
     ref, fm, lfm = ctx.refinement, ctx.fm, ctx.local_fm
     k, lmax, prefix, dist = problem.k, problem.lmax, problem.prefix, problem.dist
     be = backend.of(g.xadj)
-    host_fm = fm.passes > 0 and be.name == "cpu"  # FM is sequential: a CPU step
-    patience, phi = _patience(ctx, plan, be.name == "gpu", depth == 0)
+    host_fm = fm.passes > 0 and be.runs_sequential_refiners
+    patience, phi = _patience(ctx, plan, not be.runs_sequential_refiners, depth == 0)
     if (host_fm and not plan.ultra and value is not None and fm.fm_only_min_n is not None
             and g.n >= fm.fm_only_min_n
             and int(be.block_weights(part, g.vwgt, k).max()) <= lmax):
@@ -110,12 +110,13 @@ def uncoarsen(levels: list[Level], part, problem: Problem, ctx: Context, plan: L
     return part, value
 
 
-def _patience(ctx: Context, plan: LevelPlan, gpu: bool, finest: bool) -> tuple[int, float]:
-    """Jet's ``(patience, phi)`` on a level: the host's, or on the GPU, where no FM
-    follows, the polish's (finest level of a ``polish_finest`` plan), the ultra
+def _patience(ctx: Context, plan: LevelPlan, jet_alone: bool, finest: bool
+              ) -> tuple[int, float]:
+    """Jet's ``(patience, phi)`` on a level: the host's, or where no FM follows (GPU
+    levels), the polish's (finest level of a ``polish_finest`` plan), the ultra
     passes', or at least :attr:`RefinementContext.gpu_patience`."""
     ref = ctx.refinement
-    if not gpu:
+    if not jet_alone:
         return ref.patience, ref.phi
     if plan.polish_finest and finest:
         return ref.polish_patience, ref.polish_phi
