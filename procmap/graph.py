@@ -286,6 +286,19 @@ class CommGraph:
         """Number of undirected edges (each counted once)."""
         return self.num_directed_edges // 2
 
+    def keep_totals(self, *, edge: int | None = None, vertex: int | None = None
+                    ) -> "CommGraph":
+        """Record totals a reader has already computed exactly (in its validation
+        pass), so that :attr:`total_edge_weight` and :attr:`total_vertex_weight` need
+        no second pass over the arrays. ``None`` leaves a total to be computed; the
+        values must be what those properties would return. Returns ``self``."""
+        cached = vars(self)
+        if edge is not None:
+            cached.setdefault("total_edge_weight", int(edge))
+        if vertex is not None:
+            cached.setdefault("total_vertex_weight", int(vertex))
+        return self
+
     @functools.cached_property
     def total_vertex_weight(self) -> int:
         """Sum of the task weights, an exact ``int`` (computed once: a graph's arrays

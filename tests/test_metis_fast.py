@@ -13,6 +13,7 @@ import pytest
 from procmap.errors import FormatError
 from procmap.formats import metis
 from procmap.formats.metis import _read_direct, _read_general, read_metis
+from procmap.graph import CommGraph
 
 
 def _random_file(rng, n, fmt, *, comments=False, loops=False, shuffle=False,
@@ -196,3 +197,21 @@ def test_more_errors_come_from_general_path(data, tmp_path):
         _read_general(data, path)
     assert str(fast.value) == str(general.value)
     assert fast.value.line == general.value.line
+
+
+def test_direct_reader_hands_over_exact_totals(tmp_path):
+    # The validation pass's totals are kept by the graph: the same ints a fresh sum gives.
+    from procmap.formats import write_graph
+    from procmap.generators import random_geometric_graph
+    from procmap.limits import exact_sum
+
+    graph = random_geometric_graph(2000, seed=3)
+    weighted = CommGraph(graph.xadj, graph.adjncy, graph.adjwgt * 7, graph.xadj[1:] % 5 + 1)
+    for g in (graph, weighted):
+        path = str(tmp_path / "g.graph")
+        write_graph(g, path)
+        got = metis._read_direct(open(path, "rb").read(), path)
+        assert got is not None
+        kept = vars(got)
+        assert kept["total_edge_weight"] == exact_sum(got.adjwgt) == exact_sum(g.adjwgt)
+        assert kept["total_vertex_weight"] == exact_sum(got.vwgt) == exact_sum(g.vwgt)

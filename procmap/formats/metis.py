@@ -46,6 +46,10 @@ from .tokenizer import tokenize
 _VALID_FMT = (0, 1, 10, 11, 100, 101, 110, 111)
 
 
+#: Integers up to here are exact in float64.
+_INT_EXACT = 2.0 ** 53
+
+
 def _parse_header(tokens, index: int, path) -> tuple[int, int, int, int]:
     """Validate the header line ``n m [fmt [ncon]]``; return ``(n, m, fmt, ncon)``.
 
@@ -170,7 +174,7 @@ def _read_direct(data: bytes, path, nchunks: int | None = None) -> CommGraph | N
         adjncy, adjwgt = adjncy[:nnz], adjwgt[:nnz]
     if unsorted:
         km.sort_rows(xadj, adjncy, adjwgt)
-    entry, code, upper, largest, _, _ = kv.check_rows(xadj, adjncy, adjwgt, 1)
+    entry, code, upper, largest, total, _ = kv.check_rows(xadj, adjncy, adjwgt, 1)
     if code != kv.OK or 2 * upper != nnz:
         return None
     found = nnz // 2
@@ -178,9 +182,13 @@ def _read_direct(data: bytes, path, nchunks: int | None = None) -> CommGraph | N
         return None
     if largest * nnz > 2.0 ** 62 and exact_sum(adjwgt) > INT64_MAX:
         return None
-    if has_vwgt and exact_sum(vwgt) > INT64_MAX:
+    vertex_total = exact_sum(vwgt) if has_vwgt else n
+    if vertex_total > INT64_MAX:
         return None
-    return CommGraph(xadj, adjncy, adjwgt, vwgt)
+    # Positive integer weights whose float64 total (check_rows') stays below 2^53 have
+    # that total exactly: the graph keeps it (map_tasks needs it; a pass saved).
+    edge_total = int(total) if total < _INT_EXACT else None
+    return CommGraph(xadj, adjncy, adjwgt, vwgt).keep_totals(edge=edge_total, vertex=vertex_total)
 
 
 def _read_general(data: bytes, path) -> CommGraph:

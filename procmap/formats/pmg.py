@@ -420,14 +420,8 @@ def _from_buffer(buffer: np.ndarray, n: int, nnz: int, wdtype: np.dtype, checksu
         check_total(vertex_total, "total vertex weight")
     except InputError as exc:
         raise as_format_error(exc, path) from None
-    graph = CommGraph(xadj, adjncy, adjwgt, vwgt)
-    # The totals just computed, as CommGraph's cached properties keep them (computed
-    # once): the same exact ints total_edge_weight / total_vertex_weight would give.
-    cached = vars(graph)
-    cached.setdefault("total_vertex_weight", vertex_total)
-    if edge_total is not None:
-        cached.setdefault("total_edge_weight", edge_total)
-    return graph
+    # the totals just computed: the exact ints the graph's properties would give
+    return CommGraph(xadj, adjncy, adjwgt, vwgt).keep_totals(edge=edge_total, vertex=vertex_total)
 
 
 def _violation(entry: int, code: int, xadj, adjncy, adjwgt) -> str:
