@@ -835,7 +835,32 @@ class _Terminated(BaseException):
     """SIGTERM as an exception: ``finally`` blocks and :func:`atomic_write` clean up."""
 
 
+#: The import system's frames. A signal handler that raises inside an import can lose
+#: its exception: CPython's parser turns an exception raised during compile() of a
+#: module's source into a SyntaxError, which code guarding an optional import takes for
+#: an unusable module (seen: a prolog that went on mapping after its SIGTERM).
+_IMPORT_FRAMES = frozenset(("<frozen importlib._bootstrap>",
+                            "<frozen importlib._bootstrap_external>"))
+#: Seconds after which a SIGTERM that arrived during an import is delivered again.
+_SIGNAL_RETRY_S = 0.05
+
+
+def _in_import(frame) -> bool:
+    """Whether ``frame`` or a frame that called it belongs to the import system."""
+    while frame is not None:
+        if frame.f_code.co_filename in _IMPORT_FRAMES:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _raise_terminated(signum, frame):
+    if _in_import(frame):
+        # delivered again once the import is over (see _IMPORT_FRAMES)
+        retry = threading.Timer(_SIGNAL_RETRY_S, os.kill, (os.getpid(), signum))
+        retry.daemon = True
+        retry.start()
+        return
     raise _Terminated
 
 

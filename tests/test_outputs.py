@@ -402,3 +402,25 @@ def test_sigterm_exit_status_of_the_command(tmp_path):
     if proc.returncode == 143:
         assert err == "procmap: terminated\n" and not out.exists()
     assert temp_files(tmp_path) == []
+
+
+def test_sigterm_during_an_import_is_delivered_after_the_import(tmp_path):
+    # A handler raising inside an import can lose its exception (CPython's parser turns
+    # one raised during compile() into a SyntaxError, which code guarding an optional
+    # import reads as an unusable module): procmap delivers such a SIGTERM again once
+    # the import is over, and it then stops the command as any SIGTERM does.
+    (tmp_path / "slow_module.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n" + "x = 1\n" * 20000)
+    script = (f"import sys, time\nsys.path.insert(0, {str(tmp_path)!r})\n"
+              "from procmap import cli\n"
+              "try:\n"
+              "    with cli._sigterm_raises():\n"
+              "        import slow_module\n"
+              "        print('imported', flush=True)\n"
+              "        time.sleep(5)\n"
+              "        print('not stopped', flush=True)\n"
+              "except cli._Terminated:\n"
+              "    print('terminated', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["imported", "terminated"], done.stdout + done.stderr
