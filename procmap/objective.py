@@ -13,6 +13,7 @@ import numpy as np
 
 from procmap.errors import CapacityError, InputError
 from procmap.limits import INT64_MAX, check_total
+from procmap.topology.hierarchy import common_level
 
 from .graph import CommGraph
 
@@ -199,12 +200,7 @@ def _entry_pes(xadj, adjncy, pe) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _level_traffic(xadj, adjncy, adjwgt, pe, prefix) -> np.ndarray:
-    p, q = _entry_pes(xadj, adjncy, pe)
-    level = np.zeros(p.size, dtype=np.intp)  # 0: the same PE
-    differ = p != q
-    for size in prefix:  # level t + 1 while the level-t groups still differ
-        level[differ] += 1
-        differ &= (p // size) != (q // size)
+    level = common_level(*_entry_pes(xadj, adjncy, pe), prefix)
     traffic = np.zeros(prefix.size + 1, dtype=adjwgt.dtype)
     np.add.at(traffic, level, adjwgt)
     return traffic

@@ -101,6 +101,19 @@ def _check_capacities(capacities, k: int) -> np.ndarray:
     return caps
 
 
+def common_level(p, q, prefix_sizes) -> np.ndarray:
+    """Level of the deepest common group of PEs ``p`` and ``q`` in a hierarchy whose
+    level-t groups hold ``prefix_sizes[t - 1]`` PEs (0 when ``p == q``; vectorised)."""
+    p = np.asarray(p, dtype=np.int64)
+    q = np.asarray(q, dtype=np.int64)
+    level = np.zeros(np.broadcast(p, q).shape, dtype=np.int64)
+    differ = p != q
+    for t, size in enumerate(prefix_sizes, start=1):
+        level[differ] = t
+        differ = differ & ((p // size) != (q // size))
+    return level
+
+
 @dataclass(frozen=True)
 class Hierarchy:
     """A regular machine hierarchy.
@@ -197,14 +210,7 @@ class Hierarchy:
 
         Vectorised over array arguments; no ``k x k`` matrix is built.
         """
-        p = np.asarray(p, dtype=np.int64)
-        q = np.asarray(q, dtype=np.int64)
-        level = np.zeros(np.broadcast(p, q).shape, dtype=np.int64)
-        differ = p != q
-        for t, size in enumerate(self.prefix_sizes, start=1):
-            level[differ] = t
-            differ = differ & ((p // size) != (q // size))
-        return level
+        return common_level(p, q, self.prefix_sizes)
 
     def distance(self, p, q) -> np.ndarray:
         """``D(p, q)`` for PEs ``p``, ``q`` (vectorised)."""
