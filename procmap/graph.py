@@ -25,8 +25,8 @@ from .limits import INT64_MAX, check_total, exact_sum
 
 #: :meth:`CommGraph.from_edges` merges up to this many entries with NumPy alone (a sort
 #: of ``u * n + v`` keys); larger inputs go through scipy.sparse, whose counting
-#: conversion is several times faster there but costs ~0.15 s to import, which the
-#: launcher commands and ``eval`` on small jobs should not pay.
+#: conversion is faster there but is slow to import, a cost the launcher commands
+#: and ``eval`` on small jobs should not pay.
 NUMPY_MERGE_MAX_ENTRIES = 1 << 18
 
 _INT_EXACT = 2.0 ** 53  # float64 holds every integer up to here exactly
@@ -93,6 +93,11 @@ def _vertex_weights(vwgt, n: int) -> np.ndarray:
     return vwgt
 
 
+def _asymmetry(u: int, v: int, cuv, cvu) -> InputError:
+    """The error naming an asymmetric pair: ``C[u,v] = cuv`` but ``C[v,u] = cvu``."""
+    return InputError(f"asymmetric weights: C[{u},{v}] = {cuv} but C[{v},{u}] = {cvu}")
+
+
 def _asymmetry_error(key: np.ndarray, weight: np.ndarray, n: int, bad: np.ndarray) -> InputError:
     """The error for an asymmetric matrix given as sorted unique ``u * n + v`` keys:
     names the first asymmetric pair in row-major order, as ``C[u,v]`` and ``C[v,u]``."""
@@ -105,7 +110,7 @@ def _asymmetry_error(key: np.ndarray, weight: np.ndarray, n: int, bad: np.ndarra
         found = at < key.size and key[at] == i * n + j
         return weight[at] if found else weight.dtype.type(0)
 
-    return InputError(f"asymmetric weights: C[{a},{b}] = {entry(a, b)} but C[{b},{a}] = {entry(b, a)}")
+    return _asymmetry(a, b, entry(a, b), entry(b, a))
 
 
 def _merge_numpy(src, dst, weights, n: int, *, add_transpose: bool, check_symmetric: bool):
@@ -153,8 +158,7 @@ def _merge_scipy(src, dst, weights, n: int, *, add_transpose: bool, check_symmet
             coo = diff.tocoo()
             i = int(np.argmax(coo.data != 0))
             u, v = int(coo.row[i]), int(coo.col[i])
-            raise InputError(
-                f"asymmetric weights: C[{u},{v}] = {mat[u, v]} but C[{v},{u}] = {mat[v, u]}")
+            raise _asymmetry(u, v, mat[u, v], mat[v, u])
     mat.eliminate_zeros()
     mat.sort_indices()
     return mat.indptr.astype(np.int64), mat.indices.astype(np.int32), mat.data

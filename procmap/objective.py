@@ -19,7 +19,7 @@ from .graph import CommGraph
 
 #: :func:`evaluate` sums J with NumPy alone up to this many directed edges, and with
 #: the parallel kernels (``procmap.kernels``) above: loading the first compiled
-#: kernel costs more start-up (~0.7 s) than NumPy takes on a graph this size.
+#: kernel costs more start-up than NumPy takes on a graph this size.
 NUMPY_OBJECTIVE_MAX_EDGES = 1 << 20
 
 

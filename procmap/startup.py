@@ -89,7 +89,7 @@ class WarmUp:
     Reading a file and running the validation kernels release the interpreter lock,
     so the set-up runs meanwhile. One thread, one job after the other: both jobs
     hold the interpreter lock for most of their time, so two threads would only
-    slow each other and the reader (measured: rgg23 from METIS text, 16 cores).
+    slow each other and the reader.
     Nothing the jobs do is kept by the mapping (no array, no random state), so
     mappings do not depend on them. A failure is recorded in :attr:`errors` and
     otherwise ignored: the main path then does the same work itself, and reports
