@@ -265,6 +265,68 @@ def test_unionfind_coarsening_needs_fewer_levels_and_stops_near_the_target():
     assert int(uf[-1].vwgt.sum()) == g.n
 
 
+def _random_graph(n: int, avg_degree: int, seed: int) -> CommGraph:
+    """Erdos-Renyi-like graph: matching halves its vertices but keeps almost every edge
+    (the power-law case of CoarseningContext.max_edge_keep, without a generator)."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, n, n * avg_degree // 2)
+    dst = rng.integers(0, n, n * avg_degree // 2)
+    keep = src != dst
+    return CommGraph.from_edges(src[keep], dst[keep], np.ones(int(keep.sum())), n=n)
+
+
+def test_coarsening_stops_at_a_level_that_keeps_almost_every_edge():
+    from dataclasses import replace
+
+    from procmap.engines.context import CoarseningContext
+    from procmap.engines.multilevel import coarsen
+    ctx = CoarseningContext()
+    dense = _random_graph(20_000, 16, 1)
+    args = (dense.xadj, dense.adjncy, dense.adjwgt, dense.vwgt, 1000, 10_000, 1)
+    assert len(coarsen(*args, coarsening=ctx)) == 1  # the first level keeps > 80% of the edges
+    unlimited = coarsen(*args, coarsening=replace(ctx, max_edge_keep=1.0))
+    assert len(unlimited) > 2
+    assert unlimited[1].adjncy.size > ctx.max_edge_keep * dense.adjncy.size
+    mesh = grid_graph((150, 150))  # a level keeps about half of a mesh's edges
+    levels = coarsen(mesh.xadj, mesh.adjncy, mesh.adjwgt, mesh.vwgt, 1000, 10_000, 1,
+                     coarsening=ctx)
+    assert levels[-1].n <= 1000
+
+
+def test_metis_partition_places_edgeless_vertices_by_balance_alone():
+    """Edgeless vertices do not go to METIS: the others get the partition METIS gives
+    them alone, and the edgeless ones fill every block up to its share."""
+    from procmap.engines.initial import metis_partition
+    linked = grid_graph((40, 40))
+    n_iso = 2000
+    rng = np.random.default_rng(3)
+    vwgt = np.concatenate((linked.vwgt, rng.integers(1, 4, n_iso)))
+    xadj = np.concatenate((linked.xadj, np.full(n_iso, linked.xadj[-1])))
+    k, eps = 6, 0.03
+    part = metis_partition(xadj, linked.adjncy, linked.adjwgt, vwgt, k, eps, 7)
+    alone = metis_partition(linked.xadj, linked.adjncy, linked.adjwgt, linked.vwgt, k, eps, 7)
+    np.testing.assert_array_equal(part[:linked.n], alone)
+    loads = np.bincount(part, weights=vwgt, minlength=k)
+    assert loads.max() <= vwgt.sum() / k * (1 + eps) + vwgt.max()
+    targets = np.array([3.0, 1, 1, 1, 1, 1])
+    part = metis_partition(xadj, linked.adjncy, linked.adjwgt, vwgt, k, eps, 7, targets)
+    loads = np.bincount(part, weights=vwgt, minlength=k)
+    assert np.all(loads <= vwgt.sum() * targets / targets.sum() * (1 + eps) + vwgt.max())
+
+
+@pytest.mark.parametrize("engine", ["hm", "im"])
+def test_engines_on_a_graph_that_does_not_coarsen(engine):
+    """Coarsening stops at the input: the initial mapping sees the whole graph, and the
+    result is still valid and deterministic (issue #22, power-law robustness)."""
+    g = _random_graph(6000, 16, 2)
+    h = Hierarchy.parse("4:4:2", "1:10:100")
+    a = map_tasks(g, h, engine=engine, device="cpu", seed=4)
+    b = map_tasks(g, h, engine=engine, device="cpu", seed=4)
+    assert a.evaluation.valid
+    np.testing.assert_array_equal(a.pes, b.pes)
+    assert a.evaluation.J < 0.9 * evaluate(g, h, baselines.random(g.n, h, seed=0)).J
+
+
 @pytest.mark.parametrize("local_fm", [False, True])
 def test_uncoarsening_reports_the_objective_of_its_partition(local_fm):
     """The objective a cycle returns decides between tries and V-cycles; levels of

@@ -67,6 +67,14 @@ class CoarseningContext:
     ``min_shrink``
         A level that keeps more than this fraction of its finer level's vertices ends
         coarsening (a matching that no longer shrinks the graph only adds levels).
+    ``max_edge_keep``
+        A level that keeps more than this fraction of its finer level's directed edges
+        is dropped and ends coarsening. On power-law graphs matching pairs vertices but
+        hardly contracts edges: every level would cost as much to refine as the one
+        below it, and the initial partition of a coarsest graph with almost all the
+        edges costs as much as one of the input while seeing fewer vertices. On meshes,
+        road-like graphs and weighted Delaunay graphs a level keeps about half of the
+        edges, so the rule never triggers there. 1: no limit.
     ``unionfind_undershoot``
         With ``"unionfind"``, a level whose clustering would leave fewer than
         ``target // unionfind_undershoot`` vertices is matched with HEM instead:
@@ -86,6 +94,7 @@ class CoarseningContext:
     factor: int = 8
     min_vertices: int = 3000
     min_shrink: float = 0.95
+    max_edge_keep: float = 0.8
     unionfind_undershoot: int = 2
     unmatched_threshold: float = 0.25
     hem_max_rounds: int = 8

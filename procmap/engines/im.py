@@ -3,7 +3,9 @@
 1. Coarsen the whole task graph until ``n <= factor * k`` (the ``im`` preset: 128
    vertices per PE; no coarse vertex heavier than ``L_max``).
 2. Map the coarsest graph onto the PEs with hierarchical multisection
-   (``Context.initial``).
+   (``Context.initial``), on the device that holds it. Coarsening stops early where
+   levels stop shrinking in edges (``CoarseningContext.max_edge_keep``: power-law
+   graphs), so the coarsest graph may be the input itself.
 3. Uncoarsen: project the mapping and refine it on every level with Jet label
    propagation whose gain is the change in J (paper equation 1; distances looked up
    level by level, no k x k matrix), with weak/strong rebalancing, locking and Jet's
@@ -52,8 +54,11 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
         progress("coarsened", f"{len(hier)} levels, coarsest {hier[-1].n} vertices")
     t0 = time.perf_counter()
     g = hier[-1]
-    pes = hierarchical_multisection(*(to_host(a) for a in (g.xadj, g.adjncy, g.adjwgt, g.vwgt)),
-                                    levels, share, eps, seed, ctx.initial_context())
+    # where coarsening stops early (power-law graphs: CoarseningContext.max_edge_keep),
+    # the coarsest graph may still be on the device: its multisection then runs there too
+    pes = hierarchical_multisection(g.xadj, g.adjncy, g.adjwgt, g.vwgt, levels, share, eps,
+                                    seed, ctx.initial_context(),
+                                    device="gpu" if backend.of(g.xadj).on_device else "cpu")
     seconds["initial mapping"] = time.perf_counter() - t0
     if progress:
         progress("initial mapping", "hm on the coarsest graph")

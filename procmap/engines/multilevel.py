@@ -77,7 +77,7 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
     partition carries over to every level unchanged.
 
     ``coarsening`` gives the scheme and its knobs (:class:`CoarseningContext`: a level
-    that shrinks too little ends coarsening; a union-find level that would undershoot
+    that shrinks too little, in vertices or in edges, ends coarsening; a union-find level that would undershoot
     the target is matched with HEM instead). On the GPU, the first level below
     ``device.gpu_min_vertices`` vertices moves to the host, with all coarser ones.
     """
@@ -103,6 +103,8 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
         if nc > c.min_shrink * g.n:
             break
         coarse = be.contract(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cmap, nc)
+        if coarse[1].size > c.max_edge_keep * g.adjncy.size:
+            break  # a level that keeps (almost) every edge only costs
         g.cmap = cmap
         cpart = None
         if g.part is not None:

@@ -103,8 +103,9 @@ def uncoarsen(levels: list[Level], part, problem: Problem, ctx: Context, plan: L
     value = None
     for depth in range(len(levels) - 1, -1, -1):
         g = levels[depth]
+        part = backend.of(g.xadj).asarray(part)  # where the level is
         if depth < len(levels) - 1:
-            part = backend.of(g.xadj).asarray(part)[g.cmap]  # the coarser level's partition
+            part = part[g.cmap]  # the coarser level's partition
         part, value = refine_level(g, part, problem, ctx, plan, depth=depth, seed=seed + depth,
                                    value=value)
     return part, value
