@@ -2,9 +2,8 @@
 
 Same functions and semantics as :mod:`.isr_cpu` (read its docstring for the algorithm),
 taking and returning CuPy arrays; ``prefix`` and ``dist`` may be NumPy or CuPy. The
-partition state (partition, block weights, traffic per level) stays on the device and
-moves are applied with ``jet.cu``'s kernels (``move_delta_*``, ``commit_moves``); the
-rebalancing steps call :mod:`.rebalance_gpu` as ``jet_gpu.jet_refine`` does.
+refinement loop is the GPU's Jet loop with the ISR step as its balanced round (see
+"The refinement loop" below).
 
 One ISR step (``cuda/isr.cu`` plus CuPy sorts and prefix sums)
 -------------------------------------------------------------
@@ -40,75 +39,56 @@ Relation to the CPU twin
   (:mod:`.objective_gpu`), so the loop's cost comparisons may, rarely, decide
   differently and the reported cost agrees to rounding.
 
+The refinement loop
+-------------------
+:func:`isr_refine` is the GPU's one refinement loop (``jet_gpu.refine``) with an ISR
+step as its balanced round (:class:`_ISRRound`): the loop's state, move application
+(``jet.cu``'s ``move_delta_*``, ``commit_moves``), device-side bookkeeping
+(``cuda/jet_loop.cu``), weak and strong rebalancing are Jet's. ISR differs only in
+the round, in that a step which moves nothing ends the loop (there are no locks),
+and in the iteration cap :data:`HARD_CAP`. The step number behind each step's hash
+key is the loop's count of balanced rounds, read on the device.
+
 Host synchronisation and CUDA graphs
 ------------------------------------
 An ISR step does not synchronise: every launch covers ``n``, ``2n``, ``n + 1`` or
-``k`` items, the move count and the selected prefix stay on the device, and the
-sorts and prefix sums are CuPy calls that stream capture accepts
-(``argsort``, ``sort``, ``cumsum``). The loop reads back one small array per
-iteration (moves, max block weight, traffic per level: ``_State.snapshot``)
-to take its decisions; rebalancing steps add the syncs of :mod:`.rebalance_gpu`.
-The price of fixed sizes is two sorts over ``n`` and ``2n`` keys per step, whatever
-the number of candidates. All scratch is allocated once per call (:class:`_ISR`)
-except the outputs (and CUB temporaries) of ``cp.argsort``/``cp.sort``: capturing a
-step as a graph body needs those under a private memory pool kept alive with the
-graph (gkway.md 4.4, risk 2), or a sort with preallocated buffers.
+``k`` items, the move count and the selected prefix stay on the device, and every
+kernel skips itself unless the loop's control block names a balanced round. The
+sorts (``cp.argsort``, ``cp.sort``) allocate their outputs and CUB temporaries,
+which a captured graph would bake in; so the loop launches ISR's body from the host
+every iteration and reads the loop's status from pinned memory after it (one
+synchronisation per iteration), rebalancing steps adding the syncs of
+:mod:`.rebalance_gpu`. Capturing the step needs those sorts under a private memory
+pool kept alive with the graph (gkway.md 4.4, risk 2), or a sort with preallocated
+buffers. The price of fixed sizes is two sorts over ``n`` and ``2n`` keys per
+step, whatever the number of candidates. All other scratch is allocated once per
+call (:class:`_ISR`).
 """
 from __future__ import annotations
 
 import cupy as cp
 import numpy as np
 
-from . import objective_gpu
-from .gpu_common import HISTOGRAM_BLOCKS, TableScratch, as_device, i64, kernel, launch
+from .gpu_common import TableScratch, as_device, i64, kernel, launch
 from .isr_cpu import HARD_CAP, step_key
-from .jet_cpu import _cost_of, _judge
-from .jet_gpu import _Graph, block_weights, cost
+from .jet_cpu import _seed_key
+from .jet_gpu import (MODE_LP, MODE_STRONG, MODE_WEAK, _Graph, _State, block_weights, cost,
+                      refine)
 
 __all__ = ["HARD_CAP", "block_weights", "cost", "isr_moves", "isr_refine", "step_key"]
 
 _SRC = "isr.cu"
-_JET = "jet.cu"  # move application: move_delta_*, commit_moves
-
-
-class _State:
-    """The current partition on the device, its block weights and traffic per level."""
-
-    def __init__(self, g: _Graph, part, k: int):
-        self.part, self.k = part, int(k)
-        self.bw = block_weights(part, g.vwgt, k)
-        self.traffic = objective_gpu.level_traffic_device(g.xadj, g.adjncy, g.adjwgt, part,
-                                                          g.prefix)
-        self.target = cp.full(g.n, -1, dtype=cp.int32)  # -1 except for pending moves
-        self.count = cp.zeros(1, dtype=cp.int64)
-        rows = objective_gpu._rows(g.n)
-        self.delta_rows = cp.zeros((g.nlev + 1, rows), dtype=g.adjwgt.dtype)
-        self.suffix = "f64" if g.adjwgt.dtype == cp.float64 else "i64"
-
-    def apply(self, g: _Graph) -> None:
-        """Execute the moves marked in ``target`` (``jet.cu``'s kernels: traffic change
-        per level in deterministic row sums, then block weights and partition by integer
-        atomics; ``target`` is reset to -1)."""
-        rows = self.delta_rows.shape[1]
-        self.delta_rows.fill(0)
-        launch(kernel(_JET, "move_delta_" + self.suffix), rows,
-               g.xadj, g.adjncy, g.adjwgt, self.part, g.prefix, self.target,
-               i64(g.n), i64(rows), self.delta_rows)
-        self.traffic += self.delta_rows.sum(axis=1)
-        self.count.fill(0)
-        launch(kernel(_JET, "commit_moves"), g.n,
-               self.part, self.target, g.vwgt, i64(g.n), i64(self.k), self.bw, self.count,
-               max_blocks=HISTOGRAM_BLOCKS)
-
-    def snapshot(self) -> tuple[int, int, np.ndarray]:
-        """``(moves of the last apply, max block weight, traffic)``: one small readback."""
-        words = cp.concatenate((self.count, self.bw.max(keepdims=True),
-                                self.traffic.view(cp.int64))).get()
-        return int(words[0]), int(words[1]), words[2:].view(self.traffic.dtype)
+_NO_GATE = np.uint64(0)  # null control-block pointer: the kernels always run
 
 
 class _ISR:
-    """Scratch of the ISR kernels, allocated once per refinement call."""
+    """Scratch of the ISR kernels, allocated once per refinement call.
+
+    ``seed`` and ``step`` name the step's hash key (``isr_cpu.step_key(seed, step)``);
+    ``step`` is a one-element device int64 array, so that the loop's count of
+    balanced rounds serves. ``gate``: the loop's control block (the kernels then run
+    only when it names a balanced round), ``None`` outside the loop.
+    """
 
     def __init__(self, g: _Graph, k: int):
         n = g.n
@@ -126,45 +106,70 @@ class _ISR:
         self.jstar = cp.zeros(1, dtype=cp.uint64)
         self.order = None  # move order of the last step (int64 vertex ids)
 
-    def candidates(self, g: _Graph, part, bw, k: int, lmax: int, key: np.uint64) -> None:
+    def candidates(self, g: _Graph, part, bw, k: int, lmax: int, seed: int, step,
+                   gate=None) -> None:
         """Steps 1 and 2: ``dest``, ``gain`` and ``sel`` of every vertex."""
+        gate = _NO_GATE if gate is None else gate
         launch(kernel(_SRC, "isr_propose"), g.n,
                g.xadj, g.adjncy, *g.gain_weights, g.vwgt, part, bw, i64(lmax), g.div, g.delta,
                i64(g.n), i64(k), i64(g.nlev), i64(g.cut_mode), self.table.offset,
-               self.table.keys, self.table.vals, self.dest, self.gain)
+               self.table.keys, self.table.vals, self.dest, self.gain, gate)
         launch(kernel(_SRC, "isr_independent"), g.n,
-               g.xadj, g.adjncy, self.dest, self.gain, np.uint64(key), i64(g.n), self.sel)
+               g.xadj, g.adjncy, self.dest, self.gain, np.uint64(_seed_key(seed)), step,
+               i64(g.n), self.sel, gate)
 
-    def select(self, g: _Graph, part, bw, k: int, lmax: int, target) -> None:
+    def select(self, g: _Graph, part, bw, k: int, lmax: int, target, gate=None) -> None:
         """Step 3: ``order`` of the moves, ``jstar`` = length of the applied prefix, and
         ``target[u] = dest[u]`` for the vertices of that prefix (others untouched)."""
         n = g.n
-        launch(kernel(_SRC, "isr_sort_keys"), n, self.sel, self.gain, i64(n), self.skey)
+        gate = _NO_GATE if gate is None else gate
+        launch(kernel(_SRC, "isr_sort_keys"), n, self.sel, self.gain, i64(n), self.skey, gate)
         self.order = cp.argsort(self.skey)  # stable: equal gains stay in id order
         launch(kernel(_SRC, "isr_events"), n,
-               self.order, self.sel, part, self.dest, i64(n), i64(k), self.ekey)
+               self.order, self.sel, part, self.dest, i64(n), i64(k), self.ekey, gate)
         skeys = cp.sort(self.ekey)          # keys are unique: no stability needed
         self.seg_start.fill(-1)
         launch(kernel(_SRC, "isr_event_deltas"), 2 * n,
-               skeys, self.order, g.vwgt, i64(n), i64(k), self.sdelta, self.seg_start)
+               skeys, self.order, g.vwgt, i64(n), i64(k), self.sdelta, self.seg_start, gate)
         cp.cumsum(self.sdelta, out=self.cs)
         self.diff.fill(0)
         launch(kernel(_SRC, "isr_violations"), 2 * n,
                skeys, self.sdelta, self.cs, self.seg_start, bw, i64(lmax), i64(n), i64(k),
-               self.diff)
+               self.diff, gate)
         launch(kernel(_SRC, "isr_idle_overload"), k,
-               self.seg_start, bw, i64(lmax), i64(n), i64(k), self.diff)
+               self.seg_start, bw, i64(lmax), i64(n), i64(k), self.diff, gate)
         cp.cumsum(self.diff, out=self.cnt)
         self.jstar.fill(0)
         launch(kernel(_SRC, "isr_last_feasible"), n,
-               self.order, self.sel, self.cnt, i64(n), self.jstar)
+               self.order, self.sel, self.cnt, i64(n), self.jstar, gate)
         launch(kernel(_SRC, "isr_mark_targets"), n,
-               self.order, self.dest, self.jstar, i64(n), target)
+               self.order, self.dest, self.jstar, i64(n), target, gate)
 
-    def step(self, g: _Graph, part, bw, k: int, lmax: int, key: np.uint64, target) -> None:
+    def step(self, g: _Graph, part, bw, k: int, lmax: int, seed: int, step, target,
+             gate=None) -> None:
         """One ISR step: marks the selected moves in ``target`` (no synchronisation)."""
-        self.candidates(g, part, bw, k, lmax, key)
-        self.select(g, part, bw, k, lmax, target)
+        self.candidates(g, part, bw, k, lmax, seed, step, gate)
+        self.select(g, part, bw, k, lmax, target, gate)
+
+
+class _ISRRound:
+    """ISR's balanced round of the refinement loop (the interface of
+    ``jet_gpu._LPRound``): one ISR step, hash key from the loop's count of balanced
+    rounds. No locks; not capturable (the step's sorts allocate)."""
+
+    locking = False
+    capturable = False
+
+    def __init__(self, g: _Graph, k: int, seed: int):
+        self.isr = _ISR(g, k)
+        self.seed = seed
+
+    def begin_pass(self, _item) -> None:
+        """Nothing to set: ISR runs one pass."""
+
+    def enqueue(self, g: _Graph, st: _State) -> None:
+        self.isr.step(g, st.part, st.bw, st.k, st.lmax, self.seed, st.steps(), st.target,
+                      gate=st.ctl)
 
 
 def isr_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, step=0,
@@ -181,7 +186,7 @@ def isr_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, step=0
     bw = block_weights(part, g.vwgt, k)
     isr = _ISR(g, k)
     target = cp.full(g.n, -1, dtype=cp.int32)
-    isr.step(g, part, bw, k, lmax, step_key(seed, step), target)
+    isr.step(g, part, bw, k, lmax, seed, cp.full(1, step, dtype=cp.int64), target)
     ids = isr.order[: int(isr.jstar[0])]
     return ids.astype(cp.int32), isr.dest[ids], isr.gain[ids]
 
@@ -190,60 +195,13 @@ def _refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, max_iter
             phi=0.999, max_weak=2, seed=0):
     """:func:`isr_refine` with statistics (``isr_cpu._refine``'s): ``(part, cost, stats)``."""
     g = _Graph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
-    k, lmax = int(k), int(lmax)
-    if g.nlev == 0 or int(g.prefix_h[-1]) != k:
-        raise ValueError(f"prefix must end with k = {k}")
-    if not 0.0 < phi <= 1.0:
-        raise ValueError(f"phi must lie in (0, 1], got {phi}")
-    stats = {"iterations": 0, "isr_steps": 0, "weak_steps": 0, "strong_steps": 0,
-             "isr_moves": 0, "rebalance_moves": 0}
-    cur = as_device(part, cp.int32).copy()
-    if g.n == 0 or k == 1:
-        return cur, cost(g.xadj, g.adjncy, g.adjwgt, cur, g.prefix_h, g.dist_h), stats
-    from . import rebalance_gpu
-
-    st = _State(g, cur, k)
-    _, maxw, traffic = st.snapshot()
-    best, best_cost, best_maxw = cur.copy(), _cost_of(traffic, g.dist_h), maxw
-    isr = _ISR(g, k)
-    it = 0
-    weak_runs = 0
-    while it < max_iters and stats["iterations"] < HARD_CAP:
-        it += 1
-        stats["iterations"] += 1
-        isr_round = maxw <= lmax
-        if isr_round:
-            isr.step(g, cur, st.bw, k, lmax, step_key(seed, stats["isr_steps"]), st.target)
-            stats["isr_steps"] += 1
-            weak_runs = 0
-        elif weak_runs < max_weak:
-            moves, dest = rebalance_gpu.weak_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, k,
-                                                   lmax, g.prefix, st.bw, seed)
-            st.target[moves] = dest[moves]
-            weak_runs += 1
-            stats["weak_steps"] += 1
-        else:
-            moves, full = rebalance_gpu.strong_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, k,
-                                                     lmax, g.prefix, st.bw)
-            st.target[moves] = full[moves]
-            weak_runs = 0
-            stats["strong_steps"] += 1
-        st.apply(g)
-        moved, maxw, traffic = st.snapshot()
-        stats["isr_moves" if isr_round else "rebalance_moves"] += moved
-        if isr_round and moved == 0:
-            break  # no positive-gain move fits: a local optimum
-        cur_cost = _cost_of(traffic, g.dist_h)
-        # Jet's bookkeeping: balanced beats unbalanced, then lower cost / lower max weight
-        keep, progress = _judge(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
-        if progress:
-            it = 0
-        if keep:
-            best[...] = cur
-            best_cost, best_maxw = cur_cost, maxw
-    if g.adjwgt.dtype == cp.float64:
-        # incremental float updates drift in the last bits: report a fresh sum
-        best_cost = cost(g.xadj, g.adjncy, g.adjwgt, best, g.prefix_h, g.dist_h)
+    best, best_cost, state = refine(g, part, k, lmax, lambda g: _ISRRound(g, int(k), seed),
+                                    (None,), max_iters=max_iters, phi=phi, max_weak=max_weak,
+                                    seed=seed, max_rounds=HARD_CAP)
+    iterations, steps, moves = (0, [0] * 3, [0] * 3) if state is None else state.counters()
+    stats = {"iterations": iterations, "isr_steps": steps[MODE_LP],
+             "weak_steps": steps[MODE_WEAK], "strong_steps": steps[MODE_STRONG],
+             "isr_moves": moves[MODE_LP], "rebalance_moves": moves[MODE_WEAK] + moves[MODE_STRONG]}
     return best, best_cost, stats
 
 

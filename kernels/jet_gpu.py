@@ -1,5 +1,6 @@
 """Jet refinement on the GPU (twin of :mod:`.jet_cpu`): label propagation and the
-refinement loop.
+GPU's one refinement loop, which runs Jet and, with an ISR step as its balanced round,
+:mod:`.isr_gpu`'s independent-set refinement.
 
 Same functions and semantics as :mod:`.jet_cpu` (read its module docstring for the
 algorithm and the gain formula), taking and returning CuPy arrays; ``prefix``,
@@ -40,20 +41,32 @@ Relation to the CPU twin
   (deterministic row sums, see :mod:`.objective_gpu`), so costs agree to rounding
   and the loop's cost comparisons may, rarely, decide differently.
 
+The refinement loop (:func:`refine`, :class:`_Refiner`)
+-------------------------------------------------------
+One loop for both refiners, as on the CPU: the *balanced round* when the partition
+is balanced, else weak rebalancing (at most ``max_weak`` times in a row), else
+strong; Jet's best-partition rules and patience. The balanced round is an object
+(:class:`_LPRound` here, ``isr_gpu._ISRRound`` for ISR) that marks its moves in the
+state's target array; the two differ in the loop only by LP's locks (a round that
+moves nothing ends an ISR loop at once, a Jet loop only when nothing was locked) and
+ISR's iteration cap (``max_rounds``).
+
 Host synchronisation
 --------------------
-The state (partition, block weights, traffic, locks, and the loop's control block:
-iteration counter, best cost, best max block weight, the kind of the next iteration)
-stays on the device, and the bookkeeping after every iteration runs there too
-(``loop_control`` in ``cuda/jet_loop.cu``, the CPU loop's arithmetic and branch order).
-One loop body holds an LP round and a weak rebalancing step
-(:class:`.rebalance_gpu.WeakStep`: fixed sizes, no readback), each gated by the kind
-the control block names, so a run of LP and weak iterations is one
-:class:`.cuda_graphs.DeviceLoop`: its first iteration is launched directly and, if the
-device asks for more, the rest run as one CUDA while-node graph, with no host work per
-iteration. Only strong rebalancing (a data-dependent host loop over limits and
-levels) returns to the host. The host reads the loop's status from pinned memory
-once per run. No per-vertex data crosses the bus inside the loop.
+The state (partition, block weights, traffic, and the loop's control block:
+iteration counter, best cost, best max block weight, the kind of the next iteration,
+iterations and moves per kind) stays on the device, and the bookkeeping after every
+iteration runs there too (``loop_control`` in ``cuda/jet_loop.cu``, the CPU loop's
+arithmetic and branch order). One loop body holds the balanced round and a weak
+rebalancing step (:class:`.rebalance_gpu.WeakStep`: fixed sizes, no readback), each
+gated by the kind the control block names, so a run of balanced and weak iterations
+is one :class:`.cuda_graphs.DeviceLoop`: its first iteration is launched directly
+and, if the device asks for more, the rest run as one CUDA while-node graph, with no
+host work per iteration (Jet; the ISR step allocates in its sorts, so ISR's body is
+launched from the host every iteration). Only strong rebalancing (a data-dependent
+host loop over limits and levels) returns to the host. The host reads the loop's
+status from pinned memory once per run. No per-vertex data crosses the bus inside
+the loop.
 """
 from __future__ import annotations
 
@@ -188,22 +201,31 @@ _THREADS = 256  # REDUCE_THREADS in cuda/jet_loop.cu
 _LOOP = "jet_loop.cu"
 # words of the control block (C_* / F_* / S_* in cuda/jet_loop.cu)
 _C_IT, _C_MAXW, _C_BEST_MAXW, _C_ROUNDS, _C_MODE, _C_WEAK = 0, 2, 3, 6, 7, 8
-_CTL_WORDS = 10
+_C_STEPS, _C_MOVES = 9, 12  # three words each, indexed by MODE_*
+_CTL_WORDS = 15
 _F_COST, _F_BEST = 0, 1
 _S_IT, _S_MAXW, _S_STOP, _S_ROUNDS, _S_MODE = 1, 2, 3, 4, 5
-# kinds of iteration (MODE_* in cuda/common.cuh)
+# kinds of iteration (MODE_* in cuda/common.cuh); MODE_LP is the balanced round, an LP
+# round in Jet's loop and an ISR step in ISR's
 MODE_LP, MODE_WEAK, MODE_STRONG = 0, 1, 2
+#: ``max_rounds`` of a loop without an iteration cap (Jet's).
+NO_CAP = 2**62
 
 
 class _State:
     """The refinement state on the device: current and best partition, block weights,
-    traffic per level, and the loop's control block (iteration counter, best cost...),
-    which ``loop_control`` (cuda/jet_loop.cu) updates after every iteration."""
+    traffic per level, and the loop's control block (iteration counter, best cost,
+    iterations and moves per kind...), which ``loop_control`` (cuda/jet_loop.cu)
+    updates after every iteration.
+
+    ``locking``: the balanced round locks the vertices it moved (Jet's LP), so a round
+    that moves nothing ends the loop only after a round that moved nothing; without
+    (ISR) it ends the loop at once. ``max_rounds``: the loop's iteration cap."""
 
     def __init__(self, g: _Graph, part, k: int, lmax: int, max_iters: int, phi: float,
-                 max_weak: int):
+                 max_weak: int, locking: bool, max_rounds: int):
         self.g, self.k, self.lmax, self.max_iters, self.phi = g, k, lmax, max_iters, phi
-        self.max_weak = max_weak
+        self.max_weak, self.locking, self.max_rounds = max_weak, locking, max_rounds
         self.part = part
         self.best = part.copy()
         self.bw = cp.zeros(k, dtype=cp.int64)
@@ -243,7 +265,8 @@ class _State:
         stream.synchronize()
         maxw = int(self._maxw_h[0])
         cost0 = _cost_of(self._traffic_h, g.dist_h)
-        # the CPU loop's first branch: LP when balanced, else weak (if allowed), else strong
+        # the CPU loop's first branch: the balanced round when balanced, else weak (if
+        # allowed), else strong
         mode = MODE_LP if maxw <= self.lmax else MODE_WEAK if self.max_weak > 0 else MODE_STRONG
         self._ctl_h[:] = 0
         self._ctl_h[[_C_MAXW, _C_BEST_MAXW, _C_MODE]] = maxw, maxw, mode
@@ -251,6 +274,18 @@ class _State:
         self.ctl.set(self._ctl_h, stream=stream)
         self.fctl.set(self._fctl_h, stream=stream)
         self.maxw, self.cost0, self.mode = maxw, cost0, mode
+
+    def steps(self) -> cp.ndarray:
+        """A device view of the number of balanced rounds run so far (ISR's hash keys
+        derive from it)."""
+        return self.ctl[_C_STEPS + MODE_LP:_C_STEPS + MODE_LP + 1]
+
+    def counters(self) -> tuple[int, list[int], list[int]]:
+        """``(iterations, iterations per kind, moves per kind)`` of the last pass, kinds
+        indexed by MODE_* (one readback, on the current stream)."""
+        ctl = self.ctl.get()
+        return (int(ctl[_C_ROUNDS]), [int(x) for x in ctl[_C_STEPS:_C_STEPS + 3]],
+                [int(x) for x in ctl[_C_MOVES:_C_MOVES + 3]])
 
     def apply(self, kind: int, handle: np.uint64, status_ptr: np.uint64) -> None:
         """Execute the moves marked in ``target`` (twin of ``jet_cpu._apply``), then the
@@ -271,8 +306,40 @@ class _State:
             (1,), (_THREADS,),
             (self.partial, i64(_PARTIALS), self.traffic, i64(g.nlev), g.dist, self.bw,
              i64(self.k), i64(self.lmax), self.ctl, self.fctl, self.count, i64(kind),
-             i64(self.max_iters), i64(self.max_weak), f64(self.phi), handle, status_ptr))
+             i64(self.max_iters), i64(self.max_weak), f64(self.phi), i64(self.locking),
+             i64(self.max_rounds), handle, status_ptr))
         launch(kernel(_LOOP, "copy_if_improved"), g.n, self.best, self.part, i64(g.n), self.ctl)
+
+
+# ------------------------------------------------------------------ balanced rounds
+class _LPRound:
+    """Jet's balanced round: an LP round with the pass's filter ratio; the vertices it
+    moves stay locked during the next LP round.
+
+    The interface of a balanced round (:class:`_Refiner`; ISR's is
+    ``isr_gpu._ISRRound``): ``locking`` and ``capturable`` (the round neither
+    allocates nor synchronises, so the loop may run as a CUDA graph), ``begin_pass``
+    (the pass's argument, here the filter ratio) and ``enqueue`` (mark the round's
+    moves in ``st.target``, gated by the control block, no synchronisation)."""
+
+    locking = True
+    capturable = True
+
+    def __init__(self, g: _Graph):
+        self.lp = _LP(g)
+        self.locked = cp.zeros(g.n, dtype=cp.uint8)  # the vertices moved by the last LP round
+        self.moved = cp.empty(g.n, dtype=cp.uint8)
+        kernel(_LOOP, "copy_locks")  # loaded now: module loading is no work to capture
+        for name in ("lp_boundary", "lp_propose", "lp_afterburn"):
+            kernel(_SRC, name)
+
+    def begin_pass(self, filter_ratio: float) -> None:
+        self.locked.fill(0)
+        self.lp.ratio.fill(filter_ratio)
+
+    def enqueue(self, g: _Graph, st: _State) -> None:
+        self.lp.round(g, st.part, st.k, self.locked, None, self.moved, st.target, gate=st.ctl)
+        launch(kernel(_LOOP, "copy_locks"), g.n, self.locked, self.moved, i64(g.n), st.ctl)
 
 
 # ------------------------------------------------------------------ refinement loop
@@ -316,35 +383,51 @@ def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
     the setup of a new refinement.
     """
     g = _Graph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
+    best, best_cost, _ = refine(g, part, k, lmax, _LPRound, filter_ratios, max_iters=max_iters,
+                                phi=phi, max_weak=max_weak, seed=seed, graph_mode=graph_mode)
+    return best, best_cost
+
+
+def refine(g: _Graph, part, k, lmax, make_round, passes, *, max_iters, phi, max_weak, seed,
+           graph_mode: str | None = None, max_rounds: int = NO_CAP):
+    """The GPU refinement loop, for Jet and ISR: from ``part`` (not modified), one pass
+    per item of ``passes``, each continuing from the previous one's best partition.
+
+    ``make_round(g)`` builds the balanced round (:class:`_LPRound`, or
+    ``isr_gpu._ISRRound``), whose ``begin_pass`` receives the pass's item.
+    ``max_rounds`` caps the iterations of a pass. Returns ``(best, cost, state)``:
+    the last pass's best partition (a new CuPy int32 array), its ``J`` and the
+    :class:`_State` (its :meth:`_State.counters`, read only by callers that want them),
+    ``None`` when no pass ran (``n == 0``, ``k == 1`` or no passes).
+    """
     k, lmax = int(k), int(lmax)
     if g.nlev == 0 or int(g.prefix_h[-1]) != k:
         raise ValueError(f"prefix must end with k = {k}")
     if not 0.0 < phi <= 1.0:
         raise ValueError(f"phi must lie in (0, 1], got {phi}")  # > 1 need not terminate
     cur = as_device(part, cp.int32).copy()
-    if g.n == 0 or k == 1 or not len(filter_ratios):
-        return cur, cost(g.xadj, g.adjncy, g.adjwgt, cur, g.prefix_h, g.dist_h)
+    if g.n == 0 or k == 1 or not len(passes):
+        return cur, cost(g.xadj, g.adjncy, g.adjwgt, cur, g.prefix_h, g.dist_h), None
     caller = cp.cuda.get_current_stream()
     stream = cuda_graphs.loop_stream()
     stream.wait_event(caller.record())  # the inputs were written on the caller's stream
     with stream:
-        refiner = _Refiner(g, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode)
-        for i, ratio in enumerate(filter_ratios):
+        refiner = _Refiner(g, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode,
+                           make_round(g), max_rounds)
+        for i, item in enumerate(passes):
             if i:
                 cur[...] = refiner.st.best  # the next pass starts from this one's result
-            refiner.run(ratio)
-        best, best_cost = refiner.st.best, refiner.best_cost()
+            refiner.run(item)
+        best, best_cost, state = refiner.st.best, refiner.best_cost(), refiner.st
     caller.wait_event(stream.record())
-    return best, best_cost
+    return best, best_cost, state
 
 
 def _load_loop_kernels(suffix: str) -> None:
-    """Load every kernel of an LP iteration now: module loading is no work to capture."""
-    for name in ("lp_boundary", "lp_propose", "lp_afterburn", "move_delta_" + suffix,
-                 "commit_moves"):
+    """Load the kernels every iteration runs now: module loading is no work to capture."""
+    for name in ("move_delta_" + suffix, "commit_moves"):
         kernel(_SRC, name)
-    for name in ("row_partials_" + suffix, "loop_control_" + suffix, "copy_if_improved",
-                 "copy_locks"):
+    for name in ("row_partials_" + suffix, "loop_control_" + suffix, "copy_if_improved"):
         kernel(_LOOP, name)
 
 
@@ -353,36 +436,39 @@ class _Refiner:
     for one or more passes (:meth:`run`); everything a pass needs is allocated once,
     and the loop graph is captured once, by the first pass that needs it.
 
-    The loop body holds an LP round *and* a weak rebalancing step, each gated by the
-    kind of iteration the control block names, so runs of LP and weak iterations --
-    im's J-gain refinement alternates them -- stay on the device; only strong
-    rebalancing (a data-dependent host loop) returns to the host.
+    The loop body holds the balanced round (``balanced``: Jet's LP round or an ISR
+    step) *and* a weak rebalancing step, each gated by the kind of iteration the
+    control block names, so runs of balanced and weak iterations -- im's J-gain
+    refinement alternates them -- stay on the device; only strong rebalancing (a
+    data-dependent host loop) returns to the host. A round that is not
+    ``capturable`` runs its body from the host (DeviceLoop mode ``"off"``), still
+    one status read per iteration.
     """
 
-    def __init__(self, g: _Graph, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode):
+    def __init__(self, g: _Graph, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode,
+                 balanced, max_rounds=NO_CAP):
         self.g, self.cur, self.k, self.lmax = g, cur, k, lmax
-        self.max_iters, self.seed, self.graph_mode = max_iters, seed, graph_mode
-        self.st = _State(g, cur, k, lmax, max_iters, phi, max_weak)
+        self.max_iters, self.max_rounds, self.seed = max_iters, max_rounds, seed
+        self.graph_mode = graph_mode if balanced.capturable else "off"
+        self.st = _State(g, cur, k, lmax, max_iters, phi, max_weak, balanced.locking,
+                         max_rounds)
         _load_loop_kernels(self.st.suffix)
-        self.lp = _LP(g)
-        self.locked = cp.zeros(g.n, dtype=cp.uint8)  # the vertices moved by the last LP round
-        self.moved = cp.empty(g.n, dtype=cp.uint8)
+        self.balanced = balanced
         self.table = TableScratch(g.xadj, 1)          # the rebalancers' connectivity tables
         self.weak = rebalance_gpu.WeakStep(g.n, k)
-        self.loop = None   # the DeviceLoop, made on the first LP or weak iteration
+        self.loop = None   # the DeviceLoop, made on the first balanced or weak iteration
         self.passes = 0
 
     def _body(self):
-        """One LP-or-weak iteration as a DeviceLoop body. A closure over the arrays, not
-        a bound method: the loop must not keep the refiner alive (a reference cycle
-        would hold all its device memory until the garbage collector runs)."""
-        g, st, lp, weak, table = self.g, self.st, self.lp, self.weak, self.table
-        cur, k, lmax, seed, locked, moved = (self.cur, self.k, self.lmax, self.seed,
-                                             self.locked, self.moved)
+        """One balanced-or-weak iteration as a DeviceLoop body. A closure over the
+        arrays, not a bound method: the loop must not keep the refiner alive (a
+        reference cycle would hold all its device memory until the garbage collector
+        runs)."""
+        g, st, balanced, weak, table = self.g, self.st, self.balanced, self.weak, self.table
+        cur, lmax, seed = self.cur, self.lmax, self.seed
 
         def iteration(handle, status_ptr):
-            lp.round(g, cur, k, locked, None, moved, st.target, gate=st.ctl)
-            launch(kernel(_LOOP, "copy_locks"), g.n, locked, moved, i64(g.n), st.ctl)
+            balanced.enqueue(g, st)
             weak.enqueue(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, st.bw, lmax, g.prefix, seed,
                          table, st.target, st.ctl)
             st.apply(-1, handle, status_ptr)
@@ -397,17 +483,17 @@ class _Refiner:
         st.apply(MODE_STRONG, np.uint64(0), np.uint64(st.status.ctypes.data))
         cp.cuda.get_current_stream().synchronize()
 
-    def run(self, filter_ratio: float) -> None:
-        """One refinement pass (jet_cpu.jet_refine's loop) from the current ``cur``;
-        the pass's best partition ends in ``st.best``."""
+    def run(self, item) -> None:
+        """One refinement pass (jet_cpu.jet_refine's loop) from the current ``cur``,
+        ``item`` handed to the balanced round's ``begin_pass``; the pass's best
+        partition ends in ``st.best``."""
         st = self.st
         if self.passes:
             st.restart()
-            self.locked.fill(0)
         self.passes += 1
-        self.lp.ratio.fill(filter_ratio)
-        mode, it, stop = st.mode, 0, False
-        while it < self.max_iters and not stop:
+        self.balanced.begin_pass(item)
+        mode, it, rounds, stop = st.mode, 0, 0, False
+        while it < self.max_iters and rounds < self.max_rounds and not stop:
             if mode != MODE_STRONG:
                 if self.loop is None:
                     self.loop = cuda_graphs.DeviceLoop(self._body(), self.graph_mode)
@@ -417,6 +503,7 @@ class _Refiner:
                 self._strong()
                 status = st.status
             it, stop, mode = int(status[_S_IT]), bool(status[_S_STOP]), int(status[_S_MODE])
+            rounds = int(status[_S_ROUNDS])
 
     def best_cost(self) -> float:
         """The cost of ``st.best`` (of the last pass)."""

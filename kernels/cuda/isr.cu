@@ -3,6 +3,11 @@
 // prefix sums between them are CuPy calls. All launches cover n, 2n or k items (never a
 // data-dependent count), and every kernel is a grid-stride loop.
 //
+// In the refinement loop (jet_gpu._Refiner) an ISR step is the balanced round: every
+// kernel takes the loop's control block as `gate` and skips itself unless the block
+// names a balanced round (MODE_LP; gate == nullptr: always run, for calls outside the
+// loop), and the step number behind the hash key is read from device memory.
+//
 // Float arithmetic that feeds a decision uses __dadd_rn / __dmul_rn / __dsub_rn: NVRTC
 // would contract a * b + c into a fused multiply-add, the CPU never does, and one
 // rounding less is enough to flip a comparison.
@@ -24,7 +29,9 @@ extern "C" __global__ void isr_propose(const i64* __restrict__ xadj, const int* 
                                        i64 cut_mode, const i64* __restrict__ spill,
                                        int* __restrict__ keys, double* __restrict__ vals,
                                        int* __restrict__ dest,
-                                       double* __restrict__ gain) {
+                                       double* __restrict__ gain,
+                                       const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     GRID_STRIDE(u, n) {
         dest[u] = -1;
         gain[u] = 0.0;
@@ -63,14 +70,25 @@ extern "C" __global__ void isr_propose(const i64* __restrict__ xadj, const int* 
 }
 
 // ------------------------------------------------------------------ step 2: independent set
+// Twin of isr_cpu.step_key: the hash key of ISR step `step` from the seed's key
+// (jet_cpu._seed_key), in wrapping 64-bit arithmetic as the host's masked Python ints.
+__device__ __forceinline__ u64 isr_step_key(u64 seed_key, i64 step) {
+    return mix64(seed_key + 0x9E3779B97F4A7C15ULL * (u64)(step + 1));
+}
+
 // Twin of isr_cpu._isr_independent: a candidate is selected when its priority (larger
-// gain, then larger mix64(id ^ key)) beats every candidate neighbour. Reads only dest and
-// gain, so the result does not depend on thread scheduling.
+// gain, then larger mix64(id ^ key)) beats every candidate neighbour, key =
+// isr_step_key(seed_key, *step). Reads only dest and gain, so the result does not depend
+// on thread scheduling.
 extern "C" __global__ void isr_independent(const i64* __restrict__ xadj,
                                            const int* __restrict__ adjncy,
                                            const int* __restrict__ dest,
-                                           const double* __restrict__ gain, u64 key, i64 n,
-                                           unsigned char* __restrict__ sel) {
+                                           const double* __restrict__ gain, u64 seed_key,
+                                           const i64* __restrict__ step, i64 n,
+                                           unsigned char* __restrict__ sel,
+                                           const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
+    const u64 key = isr_step_key(seed_key, *step);
     GRID_STRIDE(u, n) {
         sel[u] = 0;
         if (dest[u] < 0) continue;
@@ -93,7 +111,8 @@ extern "C" __global__ void isr_independent(const i64* __restrict__ xadj,
 // ids 0..n-1 gives the CPU's (gain desc, id asc) order.
 extern "C" __global__ void isr_sort_keys(const unsigned char* __restrict__ sel,
                                          const double* __restrict__ gain, i64 n,
-                                         i64* __restrict__ skey) {
+                                         i64* __restrict__ skey, const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     GRID_STRIDE(u, n) {
         skey[u] = sel[u] ? -__double_as_longlong(gain[u]) : LLONG_MAX_;
     }
@@ -105,7 +124,9 @@ extern "C" __global__ void isr_sort_keys(const unsigned char* __restrict__ sel,
 extern "C" __global__ void isr_events(const i64* __restrict__ order,
                                       const unsigned char* __restrict__ sel,
                                       const int* __restrict__ part, const int* __restrict__ dest,
-                                      i64 n, i64 k, i64* __restrict__ ekey) {
+                                      i64 n, i64 k, i64* __restrict__ ekey,
+                                      const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     const i64 E = 2 * n;
     GRID_STRIDE(j, n) {
         const i64 u = order[j];
@@ -121,7 +142,9 @@ extern "C" __global__ void isr_events(const i64* __restrict__ order,
 extern "C" __global__ void isr_event_deltas(const i64* __restrict__ skeys,
                                             const i64* __restrict__ order,
                                             const i64* __restrict__ vwgt, i64 n, i64 k,
-                                            i64* __restrict__ sdelta, i64* __restrict__ seg_start) {
+                                            i64* __restrict__ sdelta, i64* __restrict__ seg_start,
+                                            const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     const i64 E = 2 * n;
     GRID_STRIDE(i, E) {
         const i64 b = skeys[i] / E;
@@ -151,7 +174,8 @@ extern "C" __global__ void isr_violations(const i64* __restrict__ skeys,
                                           const i64* __restrict__ cs,
                                           const i64* __restrict__ seg_start,
                                           const i64* __restrict__ bw, i64 lmax, i64 n, i64 k,
-                                          i64* __restrict__ diff) {
+                                          i64* __restrict__ diff, const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     const i64 E = 2 * n;
     GRID_STRIDE(i, E) {
         const i64 b = skeys[i] / E;
@@ -169,7 +193,8 @@ extern "C" __global__ void isr_violations(const i64* __restrict__ skeys,
 // Overloaded blocks without any event make every prefix infeasible.
 extern "C" __global__ void isr_idle_overload(const i64* __restrict__ seg_start,
                                              const i64* __restrict__ bw, i64 lmax, i64 n, i64 k,
-                                             i64* __restrict__ diff) {
+                                             i64* __restrict__ diff, const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     GRID_STRIDE(b, k) {
         if (seg_start[b] < 0 && bw[b] > lmax) add_interval(diff, 0, n);
     }
@@ -180,7 +205,9 @@ extern "C" __global__ void isr_idle_overload(const i64* __restrict__ seg_start,
 extern "C" __global__ void isr_last_feasible(const i64* __restrict__ order,
                                              const unsigned char* __restrict__ sel,
                                              const i64* __restrict__ cnt, i64 n,
-                                             u64* __restrict__ jstar) {
+                                             u64* __restrict__ jstar,
+                                             const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     GRID_STRIDE(j, n) {
         if (sel[order[j]] && cnt[j] == 0) atomicMax(jstar, (u64)(j + 1));
     }
@@ -190,7 +217,9 @@ extern "C" __global__ void isr_last_feasible(const i64* __restrict__ order,
 extern "C" __global__ void isr_mark_targets(const i64* __restrict__ order,
                                             const int* __restrict__ dest,
                                             const u64* __restrict__ jstar, i64 n,
-                                            int* __restrict__ target) {
+                                            int* __restrict__ target,
+                                            const i64* __restrict__ gate) {
+    if (gated_off(gate, MODE_LP)) return;
     const i64 m = (i64)jstar[0];
     GRID_STRIDE(j, m) {
         const i64 u = order[j];

@@ -1,12 +1,15 @@
-// Device-side control of the Jet refinement loop (kernels/jet_gpu.py, jet_refine):
-// the bookkeeping the CPU loop does in Python after each iteration -- sum the traffic
-// change, the max block weight, the cost, keep the best partition, count iterations
-// without improvement, decide whether the next iteration is another LP round -- done
-// on the device, so the LP rounds can run as one CUDA graph (kernels/cuda_graphs.py).
+// Device-side control of the GPU refinement loop (kernels/jet_gpu.py, _Refiner): the
+// bookkeeping the CPU loops do in Python after each iteration -- sum the traffic change,
+// the max block weight, the cost, keep the best partition, count iterations without
+// improvement, decide whether the next iteration is another round the device runs --
+// done on the device, so runs of iterations can be one CUDA graph
+// (kernels/cuda_graphs.py). One loop serves both refiners: the balanced round (MODE_LP)
+// is Jet's LP round (jet_cpu.jet_refine) or an ISR step (isr_cpu.isr_refine); they
+// differ here only in LP's locks and ISR's iteration cap.
 //
 // Every decision uses the CPU loop's arithmetic in the CPU's order (__dadd_rn /
 // __dmul_rn, no fused multiply-adds), so with integer weights the decisions, and the
-// partition, are those of jet_cpu.jet_refine.
+// partition, are those of the CPU loops.
 #include "common.cuh"
 
 typedef __device_builtin__ unsigned long long cudaGraphConditionalHandle;
@@ -55,16 +58,20 @@ extern "C" __global__ void row_partials_f64(const double* rows, i64 nrows, i64 n
     row_partials<double>(rows, nrows, nlev1, partial);
 }
 
-// Words of the control block `ctl` (int64) and `fctl` (double); see jet_gpu._Control.
+// Words of the control block `ctl` (int64) and `fctl` (double); jet_gpu._State mirrors
+// the offsets.
 #define C_IT 0         // iterations since the last improvement (the CPU's `it`)
-#define C_LAST_LP 1    // moves of the last LP round
+#define C_LAST_LP 1    // moves of the last balanced round
 #define C_MAXW 2       // max block weight now
 #define C_BEST_MAXW 3  // max block weight of the best partition
 #define C_IMPROVED 4   // 1: copy the partition into `best` (copy_if_flag)
-#define C_STOP 5       // 1: LP reached an unlocked fixed point
-#define C_ROUNDS 6     // iterations run (statistics)
+#define C_STOP 5       // 1: the balanced round moved nothing and nothing was locked
+#define C_ROUNDS 6     // iterations run (the ISR loop's cap applies to it)
 #define C_MODE CTL_MODE  // kind of the next iteration: MODE_LP / MODE_WEAK / MODE_STRONG
 #define C_WEAK 8       // weak rebalancing iterations in a row (the CPU's weak_runs)
+#define C_STEPS 9      // 3 words: iterations of each kind (MODE_*) run so far; the ISR
+                       // step's hash key derives from C_STEPS + MODE_LP
+#define C_MOVES 12     // 3 words: moves applied by the iterations of each kind
 #define F_COST 0
 #define F_BEST 1
 
@@ -78,16 +85,21 @@ extern "C" __global__ void row_partials_f64(const double* rows, i64 nrows, i64 n
 
 // One block of REDUCE_THREADS threads, after commit_moves and row_partials: finishes
 // the iteration exactly as the CPU loop's tail does, picks the kind of the next
-// iteration as the CPU loop's branches do (LP when balanced, else weak rebalancing up
-// to max_weak times in a row, else strong) and sets the loop condition "the loop goes
-// on with an iteration the device runs" (LP or weak; strong is the host's).
+// iteration as the CPU loop's branches do (the balanced round when balanced, else weak
+// rebalancing up to max_weak times in a row, else strong) and sets the loop condition
+// "the loop goes on with an iteration the device runs" (balanced or weak; strong is
+// the host's).
 // kind: the iteration just run (MODE_*), or -1 to read it from ctl[C_MODE].
+// locking: 1 when the balanced round locks the vertices it moved (Jet's LP: a round
+// that moves nothing ends the loop only if the round before it moved nothing either,
+// as no vertex was locked), 0 when it does not (ISR: a step that moves nothing ends it).
+// max_rounds: the loop stops after that many iterations (isr_cpu.HARD_CAP).
 template <typename W>
 __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traffic, i64 nlev,
                              const double* __restrict__ dist, const i64* __restrict__ bw, i64 k,
                              i64 lmax, i64* ctl, double* fctl, i64* count, i64 kind,
-                             i64 max_iters, i64 max_weak, double phi, u64 handle,
-                             volatile i64* status) {
+                             i64 max_iters, i64 max_weak, double phi, i64 locking,
+                             i64 max_rounds, u64 handle, volatile i64* status) {
     __shared__ W wsum[REDUCE_THREADS];
     __shared__ i64 wmax[REDUCE_THREADS];
     for (i64 lev = 0; lev <= nlev; ++lev) {
@@ -118,7 +130,7 @@ __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traff
     i64 stop = 0;
     i64 improved = 0;
     if (mode == MODE_LP) {
-        const bool had_locks = ctl[C_LAST_LP] > 0;
+        const bool had_locks = locking && ctl[C_LAST_LP] > 0;
         ctl[C_LAST_LP] = moved;
         if (moved == 0 && !had_locks) stop = 1;  // unlocked fixed point
     }
@@ -146,11 +158,14 @@ __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traff
     ctl[C_IMPROVED] = improved;
     ctl[C_STOP] = stop;
     ctl[C_ROUNDS] += 1;
+    ctl[C_STEPS + mode] += 1;
+    ctl[C_MOVES + mode] += moved;
     const i64 weak = mode == MODE_WEAK ? ctl[C_WEAK] + 1 : 0;
     const i64 next = maxw <= lmax ? MODE_LP : (weak < max_weak ? MODE_WEAK : MODE_STRONG);
     ctl[C_WEAK] = weak;
     ctl[C_MODE] = next;
-    const i64 go_on = !stop && it < max_iters && next != MODE_STRONG;
+    const i64 go_on =
+        !stop && it < max_iters && ctl[C_ROUNDS] < max_rounds && next != MODE_STRONG;
     status[S_CONTINUE] = go_on;
     status[S_MODE] = next;
     status[S_IT] = it;
@@ -163,19 +178,21 @@ __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traff
 extern "C" __global__ void loop_control_i64(const i64* partial, i64 nparts, i64* traffic, i64 nlev,
                                             const double* dist, const i64* bw, i64 k, i64 lmax,
                                             i64* ctl, double* fctl, i64* count, i64 kind,
-                                            i64 max_iters, i64 max_weak, double phi, u64 handle,
+                                            i64 max_iters, i64 max_weak, double phi,
+                                            i64 locking, i64 max_rounds, u64 handle,
                                             i64* status) {
     loop_control<i64>(partial, nparts, traffic, nlev, dist, bw, k, lmax, ctl, fctl, count,
-                      kind, max_iters, max_weak, phi, handle, status);
+                      kind, max_iters, max_weak, phi, locking, max_rounds, handle, status);
 }
 
 extern "C" __global__ void loop_control_f64(const double* partial, i64 nparts, double* traffic,
                                             i64 nlev, const double* dist, const i64* bw, i64 k,
                                             i64 lmax, i64* ctl, double* fctl, i64* count,
                                             i64 kind, i64 max_iters, i64 max_weak, double phi,
-                                            u64 handle, i64* status) {
+                                            i64 locking, i64 max_rounds, u64 handle,
+                                            i64* status) {
     loop_control<double>(partial, nparts, traffic, nlev, dist, bw, k, lmax, ctl, fctl, count,
-                         kind, max_iters, max_weak, phi, handle, status);
+                         kind, max_iters, max_weak, phi, locking, max_rounds, handle, status);
 }
 
 // best[u] = part[u] when the last control step found an improvement.

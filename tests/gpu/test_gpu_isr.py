@@ -92,7 +92,8 @@ def test_candidates_are_bit_identical(name, mode):
                         bw, tab, key)
     gg = isr_gpu._Graph(*dev(g), prefix, dist)
     isr = isr_gpu._ISR(gg, k)
-    isr.candidates(gg, cp.asarray(part), cp.asarray(bw), k, lmax, key)
+    # the GPU derives the step's key on the device from the seed and the step number
+    isr.candidates(gg, cp.asarray(part), cp.asarray(bw), k, lmax, 3, cp.asarray([5]))
     np.testing.assert_array_equal(isr.dest.get(), tab.dest)
     np.testing.assert_array_equal(bits(isr.gain.get()), bits(tab.gain))
     np.testing.assert_array_equal(isr.sel.get(), tab.sel)
@@ -252,6 +253,26 @@ def test_refine_validity(name, mode, kind):
             and got_stats["strong_steps"] == 0:
         np.testing.assert_array_equal(host, want[0])
         assert got_cost == want[1] and got_stats == want[2]
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_iteration_cap_matches_cpu(mode, monkeypatch):
+    """HARD_CAP ends the loop on the device (loop_control's max_rounds) after the very
+    iteration where the CPU loop stops."""
+    from procmap.kernels import isr_gpu
+    g = graph("rgg")
+    prefix, dist = MODES[mode]
+    k = int(prefix[-1])
+    part, lmax = start_and_limit(g, k, "random")
+    monkeypatch.setattr(isr_cpu, "HARD_CAP", 5)
+    monkeypatch.setattr(isr_gpu, "HARD_CAP", 5)
+    want = isr_cpu._refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, dist,
+                           phi=1.0, max_iters=100)
+    got = isr_gpu._refine(*dev(g), cp.asarray(part), k, lmax, prefix, dist, phi=1.0,
+                          max_iters=100)
+    assert got[2]["iterations"] == 5
+    np.testing.assert_array_equal(got[0].get(), want[0])
+    assert got[1] == want[1] and got[2] == want[2]
 
 
 def test_refine_is_deterministic_and_leaves_input():
