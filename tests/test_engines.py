@@ -327,6 +327,17 @@ def test_engines_on_a_graph_that_does_not_coarsen(engine):
     assert a.evaluation.J < 0.9 * evaluate(g, h, baselines.random(g.n, h, seed=0)).J
 
 
+def test_im_on_a_graph_that_does_not_coarsen_refines_hms_mapping():
+    """With no coarse level, im maps the input with plain hm (InitialMappingContext.
+    uncoarsened: same pipeline and seed as the hm engine) and refines J from there."""
+    g = _random_graph(6000, 16, 2)
+    h = Hierarchy.parse("4:4:2", "1:10:100")
+    hm = map_tasks(g, h, engine="hm", device="cpu", seed=5)
+    im = map_tasks(g, h, engine="im", device="cpu", seed=5)
+    assert im.evaluation.valid
+    assert im.evaluation.J <= hm.evaluation.J
+
+
 @pytest.mark.parametrize("local_fm", [False, True])
 def test_uncoarsening_reports_the_objective_of_its_partition(local_fm):
     """The objective a cycle returns decides between tries and V-cycles; levels of

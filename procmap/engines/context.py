@@ -300,9 +300,16 @@ class InitialMappingContext:
         of ``im`` is mapped onto the whole machine by hierarchical multisection with
         it; the graph is small, so it can afford the tries and V-cycles the block
         shapes of the final mapping depend on.
+    ``uncoarsened``
+        The ``hm`` pipeline that maps ``im``'s graph when coarsening stopped at the
+        input itself (power-law graphs, :attr:`CoarseningContext.max_edge_keep`): a
+        multisection of the whole graph cannot afford :attr:`multisection`'s tries,
+        and ``im`` then costs one ``hm`` run plus its refinement. ``None``:
+        :attr:`multisection`.
     """
 
     multisection: Context | None = None
+    uncoarsened: Context | None = None
 
 
 @dataclass(frozen=True)
@@ -473,6 +480,9 @@ class Context:
         if ctx.initial.multisection is not None:
             ctx = replace(ctx, initial=replace(ctx.initial, multisection=ctx.initial.multisection
                                                .with_schemes(coarsening, refinement)))
+        if ctx.initial.uncoarsened is not None:
+            ctx = replace(ctx, initial=replace(ctx.initial, uncoarsened=ctx.initial.uncoarsened
+                                               .with_schemes(coarsening, refinement)))
         if ctx.multisection is not None:
             ctx = replace(ctx, multisection=ctx.multisection.with_schemes(coarsening,
                                                                           refinement))
@@ -488,9 +498,13 @@ class Context:
             return self
         return replace(self.multisection, device=self.device, placement=self.placement)
 
-    def initial_context(self) -> Context:
-        """``im``'s initial multisection, with this context's device settings."""
-        return replace(self.initial.multisection, device=self.device)
+    def initial_context(self, coarsened: bool = True) -> Context:
+        """``im``'s initial multisection, with this context's device settings;
+        ``coarsened=False``: the one for a coarsest graph that is the input itself
+        (:attr:`InitialMappingContext.uncoarsened`)."""
+        init = self.initial
+        chosen = init.multisection if coarsened or init.uncoarsened is None else init.uncoarsened
+        return replace(chosen, device=self.device)
 
 
 # ------------------------------------------------------------------ presets
@@ -532,7 +546,7 @@ _IM = Context(
     refinement=RefinementContext(patience=3, filters_coarse=(0.25,)),
     fm=FMContext(passes=10, stall_divisor=20, min_gain=0.001, fm_only_min_n=None),
     local_fm=LocalFMContext(depth=0),
-    initial=InitialMappingContext(multisection=_IM_INITIAL),
+    initial=InitialMappingContext(multisection=_IM_INITIAL, uncoarsened=_HM),
     placement=PlacementContext(multistart_n=512, extra=_HM_ULTRA,
                                extra_starts=((512, 4), (2048, 2), (8192, 1)),
                                polish_group=32),

@@ -57,7 +57,7 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
     # where coarsening stops early (power-law graphs: CoarseningContext.max_edge_keep),
     # the coarsest graph may still be on the device: its multisection then runs there too
     pes = hierarchical_multisection(g.xadj, g.adjncy, g.adjwgt, g.vwgt, levels, share, eps,
-                                    seed, ctx.initial_context(),
+                                    seed, ctx.initial_context(coarsened=len(hier) > 1),
                                     device="gpu" if backend.of(g.xadj).on_device else "cpu")
     seconds["initial mapping"] = time.perf_counter() - t0
     if progress:
