@@ -14,7 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import blas_probe
 from .errors import CapacityError, FormatError, InputError, ProcmapError, TopologyError
+
+blas_probe.install()
 
 __version__ = "0.1.0"
 

@@ -48,6 +48,26 @@ def test_eval_of_a_small_file_imports_no_numba_or_scipy_sparse(tmp_path):
     assert "procmap.objective" in loaded  # it did evaluate
 
 
+_FIRST_KERNEL = ("import numpy as np\n"
+                 "from procmap.kernels import objective_cpu\n"
+                 "objective_cpu.level_traffic(np.array([0, 1, 2]), np.array([1, 0], np.int32), "
+                 "np.array([1, 1]), np.array([0, 1], np.int32), np.array([2]))\n")
+
+
+def test_first_kernel_call_skips_numbas_blas_probe():
+    """procmap.blas_probe: Numba's first dispatch does not import scipy.linalg (its BLAS
+    probe), PROCMAP_NUMBA_BLAS_PROBE=1 restores the probe, and scipy.linalg and np.dot
+    in jitted code still work afterwards."""
+    loaded = _imported_after(_FIRST_KERNEL)
+    assert "numba.np.arraymath" in loaded and "scipy.linalg" not in loaded
+    probed = _imported_after(_FIRST_KERNEL, env={**os.environ, "PROCMAP_NUMBA_BLAS_PROBE": "1"})
+    assert "scipy.linalg" in probed
+    after = _imported_after(_FIRST_KERNEL + "import numba\nimport scipy.linalg\n"
+                            "f = numba.njit(lambda a: np.dot(a, a))\n"
+                            "assert f(np.ones(3)) == 3.0 and scipy.linalg.norm(np.ones(4)) == 2\n")
+    assert "scipy.linalg" in after
+
+
 def test_public_names_still_resolve():
     import procmap
 
