@@ -401,6 +401,11 @@ class DeviceContext:
         ``device="auto"`` picks the GPU for graphs with at least this many directed
         edges when one is usable (below it, transfers, compilation and launches cost
         more than they save).
+    ``thread_min_vertices``
+        ``hm`` splits a subgraph of fewer vertices in the thread that holds it, with
+        its whole subtree of splits, instead of handing it to a worker thread: the
+        hand-off and the Numba thread set-up cost more than such a split (rank
+        placement's subgraphs are all this small).
     """
 
     gpu_min_vertices: int = 50_000
@@ -409,6 +414,7 @@ class DeviceContext:
     try_bytes_per_vertex: int = 180
     try_bytes_per_edge: int = 6
     auto_gpu_min_edges: int = AUTO_GPU_MIN_EDGES
+    thread_min_vertices: int = 1024
 
 
 @dataclass(frozen=True)

@@ -150,25 +150,44 @@ def _split_tasks(root, split_item, finished, device: DeviceContext) -> None:
 
     Serial (depth first, calling thread) when the threading layer cannot run parallel
     loops from several threads at once (workqueue), or when Numba has one thread and
-    there is no device subgraph.
+    there is no device subgraph; subgraphs below ``device.thread_min_vertices``
+    vertices always split serially, in the thread that holds them.
     """
+    def serially(items, threads: int | None = None) -> None:
+        if not items:
+            return
+        before = nb.get_num_threads()
+        if threads is not None:
+            nb.set_num_threads(threads)  # this thread's parallel loops only
+        try:
+            stack = list(reversed(items))
+            while stack:
+                item = stack.pop()
+                stack.extend(reversed(split_item(item)))
+                finished(item)
+        finally:
+            nb.set_num_threads(before)
+
+    if root[1].size < device.thread_min_vertices and not _on_device(root, device):
+        serially([root], threads=1)
+        return
     children = split_item(root)
     finished(root)
     threads = nb.get_num_threads()
     serial = threading_layer() == "workqueue" or (
         threads == 1 and not any(_on_device(it, device) for it in children))
     if serial:
-        stack = list(reversed(children))
-        while stack:
-            item = stack.pop()
-            stack.extend(reversed(split_item(item)))
-            finished(item)
+        serially(children)
         return
 
     pending, running = children, {}
     with ThreadPoolExecutor(max_workers=threads + device.device_splits,
                             thread_name_prefix="procmap-split") as pool:
         while pending or running:
+            small = [it[1].size < device.thread_min_vertices and not _on_device(it, device)
+                     for it in pending]
+            serially([it for it, s in zip(pending, small) if s], threads=1)
+            pending = [it for it, s in zip(pending, small) if not s]
             waiting = []
             on_device = sum(_on_device(it, device) for it in running.values())
             for item in pending:
