@@ -182,7 +182,10 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
         for cycle in range(vcycles):
             # re-coarsen inside the blocks and refine again: coarse moves shift whole
             # clusters across block borders, which single-vertex moves cannot
-            again, v2 = _vcycle(problem, ctx, plan, s + cycle + 1, part)
+            cycled = _vcycle(problem, ctx, plan, s + cycle + 1, part)
+            if cycled is None:
+                break  # nothing coarsens: a V-cycle would refine the same graph again
+            again, v2 = cycled
             if v2 < value and int(be.block_weights(again, vwgt, k).max()) <= lmax:
                 part, value = again, v2
         return part, value
@@ -249,11 +252,16 @@ def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=No
     """One coarsen / initial partition / refine cycle; returns ``(part, objective)``.
 
     With ``start`` (a partition) the cycle is a V-cycle that keeps blocks intact
-    while coarsening and starts refining from ``start`` on the coarsest level.
+    while coarsening and starts refining from ``start`` on the coarsest level; it
+    returns ``None`` when the graph is above the coarsening target but not one coarse
+    level comes out (power-law graphs, :attr:`CoarseningContext.max_edge_keep`). Below
+    the target, a V-cycle refines the graph again from ``start`` with another seed.
     """
     p = problem
-    levels = coarsen(*p.graph, ctx.coarsening.target(p.k), p.lmax, seed, start, ctx.coarsening,
-                     ctx.device)
+    target = ctx.coarsening.target(p.k)
+    levels = coarsen(*p.graph, target, p.lmax, seed, start, ctx.coarsening, ctx.device)
+    if start is not None and len(levels) == 1 and levels[0].n > target:
+        return None
     coarsest = levels[-1]
     if start is not None:
         part = coarsest.part
