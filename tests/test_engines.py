@@ -314,6 +314,19 @@ def test_metis_partition_places_edgeless_vertices_by_balance_alone():
     assert np.all(loads <= vwgt.sum() * targets / targets.sum() * (1 + eps) + vwgt.max())
 
 
+def test_random_partition_is_seeded_and_fills_each_share():
+    from procmap.engines.initial import random_partition
+    vwgt = np.random.default_rng(1).integers(1, 9, 5000)
+    targets = np.array([0.5, 0.25, 0.125, 0.125])
+    a = random_partition(vwgt, 4, 3, targets)
+    np.testing.assert_array_equal(a, random_partition(vwgt, 4, 3, targets))
+    assert not np.array_equal(a, random_partition(vwgt, 4, 4, targets))
+    loads = np.bincount(a, weights=vwgt, minlength=4)
+    assert np.all(np.abs(loads - targets * vwgt.sum()) <= vwgt.max())
+    equal = np.bincount(random_partition(vwgt, 7, 0), weights=vwgt, minlength=7)
+    assert equal.max() - equal.min() <= 2 * vwgt.max()
+
+
 @pytest.mark.parametrize("engine", ["hm", "im"])
 def test_engines_on_a_graph_that_does_not_coarsen(engine):
     """Coarsening stops at the input: the initial mapping sees the whole graph, and the

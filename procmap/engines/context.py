@@ -306,10 +306,18 @@ class InitialMappingContext:
         multisection of the whole graph cannot afford :attr:`multisection`'s tries,
         and ``im`` then costs one ``hm`` run plus its refinement. ``None``:
         :attr:`multisection`.
+    ``random_start``
+        A graph that did not coarsen (above the coarsening target, yet not one coarse
+        level: :attr:`CoarseningContext.max_edge_keep`) starts from a seeded random
+        balanced partition instead of METIS's. Such graphs are power-law graphs: METIS
+        coarsens them as badly as matching here does, so it is slow (and serial, one
+        call at a time), and its partition is far from what Jet and FM refine a random
+        start to anyway. ``False``: METIS.
     """
 
     multisection: Context | None = None
     uncoarsened: Context | None = None
+    random_start: bool = True
 
 
 @dataclass(frozen=True)

@@ -101,24 +101,49 @@ def _without_isolated(xadj, adjncy, adjwgt, vwgt, linked, k: int, eps: float, se
     return part
 
 
+def random_partition(vwgt: np.ndarray, k: int, seed: int,
+                     targets: np.ndarray | None = None) -> np.ndarray:
+    """Seeded random balanced partition into ``k`` blocks (int32): a random order of
+    the vertices cut into consecutive runs, each of its block's share of the weight
+    (``targets``, as in :func:`metis_partition`; a block ends at most one vertex over
+    its share). The start of a graph that does not coarsen
+    (:attr:`~procmap.engines.context.InitialMappingContext.random_start`)."""
+    vwgt = np.asarray(vwgt)
+    order = np.random.default_rng(seed).permutation(vwgt.size)
+    part = np.empty(vwgt.size, dtype=np.int32)
+    part[order] = _runs(vwgt[order], _shares(k, targets) * float(vwgt.sum()))
+    return part
+
+
+def _shares(k: int, targets) -> np.ndarray:
+    """The blocks' shares of the weight (sum 1)."""
+    if targets is None:
+        return np.full(k, 1.0 / k)
+    return np.asarray(targets, float) / np.sum(targets)
+
+
+def _runs(w: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """Blocks of items of weights ``w`` that, in this order, fill blocks of capacities
+    ``room`` one after the other: an item goes to the block its middle falls in."""
+    w = w.astype(np.float64)
+    middle = np.cumsum(w) - w / 2.0
+    blocks = np.searchsorted(np.cumsum(room), middle, side="right")
+    return np.minimum(blocks, room.size - 1).astype(np.int32)
+
+
 def _fill_deficits(vwgt: np.ndarray, load: np.ndarray, k: int, targets) -> np.ndarray:
     """Blocks for free vertices of weights ``vwgt`` given the blocks' ``load``: heaviest
     first, each block receives a consecutive run that fills its deficit against its
     target share of the total weight (a block ends at most one vertex over it)."""
-    share = np.full(k, 1.0 / k) if targets is None else np.asarray(targets, float) / np.sum(targets)
-    total = load.sum() + vwgt.sum()
-    deficit = np.maximum(share * total - load, 0.0)
+    deficit = np.maximum(_shares(k, targets) * (load.sum() + vwgt.sum()) - load, 0.0)
     order = np.argsort(-vwgt, kind="stable")
-    w = vwgt[order].astype(np.float64)
-    middle = np.cumsum(w) - w / 2.0
-    blocks = np.searchsorted(np.cumsum(deficit), middle, side="right")
     part = np.empty(vwgt.size, dtype=np.int32)
-    part[order] = np.minimum(blocks, k - 1)
+    part[order] = _runs(vwgt[order], deficit)
     return part
 
 
 def _greedy_fill(vwgt: np.ndarray, k: int, targets) -> np.ndarray:
-    share = np.full(k, 1.0 / k) if targets is None else np.asarray(targets, float) / np.sum(targets)
+    share = _shares(k, targets)
     load = np.zeros(k)
     part = np.empty(vwgt.size, dtype=np.int32)
     for u in np.argsort(-vwgt, kind="stable"):

@@ -44,7 +44,7 @@ from procmap.kernels.backend import threading_layer, to_host
 from procmap.options import COARSENINGS, REFINEMENTS  # noqa: F401  (re-exported)
 
 from .context import CoarseningContext, Context, DeviceContext, preset
-from .initial import metis_partition
+from .initial import metis_partition, random_partition
 from .uncoarsen import LevelPlan, uncoarsen
 
 
@@ -263,11 +263,13 @@ def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=No
     if start is not None and len(levels) == 1 and levels[0].n > target:
         return None
     coarsest = levels[-1]
+    be = backend.of(coarsest.xadj)
     if start is not None:
         part = coarsest.part
+    elif ctx.initial.random_start and len(levels) == 1 and coarsest.n > target:
+        part = be.asarray(random_partition(to_host(coarsest.vwgt), p.k, seed, p.targets))
     else:
         host = [to_host(a) for a in (coarsest.xadj, coarsest.adjncy, coarsest.adjwgt,
                                      coarsest.vwgt)]
-        part = backend.of(coarsest.xadj).asarray(metis_partition(*host, p.k, p.eps, seed,
-                                                                 p.targets))
+        part = be.asarray(metis_partition(*host, p.k, p.eps, seed, p.targets))
     return uncoarsen(levels, part, p, ctx, plan, seed)
