@@ -14,6 +14,9 @@ GPU-HeiPa (GPU-IM paper, section 4.2, Algorithms 4-6):
 * :func:`jet_refine` -- the overall loop (Algorithm 6) that alternates the three
   and keeps the best partition seen; :func:`ultra_refine` chains it over Jet's
   "ultra" schedule of filter ratios.
+* The loop (:func:`refine`) is written once, with ISR as a mode: ``isr_cpu.isr_refine``
+  runs it with G-kway's independent-set step (:func:`_isr_round`, described in
+  :mod:`.isr_cpu`) in place of the LP round.
 
 Objective
 ---------
@@ -287,8 +290,9 @@ def _propose_any(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_rat
     acc = np.zeros((grp.shape[0], k))
     seen = np.full(k, -1, dtype=np.int64)
     touched = np.empty(k, dtype=np.int32)
+    # np.int64(0), not 0: a literal argument would compile the callee once more
     _propose_range(xadj, adjncy, adjwgt, part, grp, delta, cut_mode, filter_ratio, locked,
-                   active, 0, active.size, acc, seen, touched, dest, gain)
+                   active, np.int64(0), active.size, acc, seen, touched, dest, gain)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -503,9 +507,10 @@ def _rebalance_any(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok
     conn = np.zeros(k)
     seen = np.full(k, -1, dtype=np.int64)
     touched = np.empty(k, dtype=np.int32)
+    # np.int64(0), not 0: a literal argument would compile the callee once more
     _rebalance_range(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, fallback,
-                     prefix, valid_cum, valid_ids, seed_key, 0, n, conn, seen, touched, dest,
-                     bucket)
+                     prefix, valid_cum, valid_ids, seed_key, np.int64(0), n, conn, seen, touched,
+                     dest, bucket)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -844,6 +849,129 @@ def _apply(xadj, adjncy, adjwgt, vwgt, part, prefix, k, moves, target, bw, traff
                  target, bw, traffic, rows, _parallel())
 
 
+# ------------------------------------------------------------------ ISR step
+# The step of the loop's ISR mode (G-kway's independent-set refinement; the algorithm
+# and its bit-identity with the GPU twin are described in :mod:`.isr_cpu`). It lives
+# here, beside the loop that runs it, so that :mod:`.isr_cpu` can import the loop.
+
+_STEP_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+@nb.njit(cache=True, nogil=True)
+def isr_step_key(seed_key, step):
+    """``isr_cpu.step_key`` from the seed's :func:`_seed_key`: a new tie-breaking hash
+    for every ISR step (uint64 arithmetic wraps, as on the GPU)."""
+    return _mix64(seed_key + _STEP_MIX * np.uint64(step + 1))
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _isr_propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, k, grp, delta, cut_mode, nchunks,
+                 dest, gain):
+    """Best legal destination of every boundary vertex (ISR step 1, ``isr_cpu``).
+
+    ``grp``/``delta`` are ``common_cpu.level_tables``. Writes ``dest[u]`` (-1: none)
+    and ``gain[u]`` (0 for none). Connectivities and gains are computed exactly as
+    in :func:`_lp_propose` (the GPU twin reproduces them bit for bit).
+    """
+    n = part.size
+    nlev = grp.shape[0]
+    for c in nb.prange(nchunks):
+        lo = c * n // nchunks
+        hi = (c + 1) * n // nchunks
+        acc = np.zeros((nlev, k))               # acc[t, g]: weight into level-t group g
+        seen = np.full(k, -1, dtype=np.int64)   # stamp: block already listed for u
+        touched = np.empty(k, dtype=np.int32)
+        for u in range(lo, hi):
+            dest[u] = -1
+            gain[u] = 0.0
+            a = part[u]
+            if not on_boundary(xadj, adjncy, part, u, a):
+                continue  # interior: every gain is negative
+            nt = scatter_connectivity(xadj, adjncy, adjwgt, part, grp, cut_mode, u, acc, seen,
+                                      touched)
+            own = acc[0, a]
+            room = lmax - vwgt[u]
+            best_b = -1
+            best_g = 0.0
+            for i in range(nt):
+                b = touched[i]
+                if b == a or bw[b] > room:
+                    continue
+                g = connectivity_gain(acc, grp, delta, cut_mode, a, b, own)
+                if g > 0.0 and (best_b < 0 or g > best_g or (g == best_g and b < best_b)):
+                    best_b = b
+                    best_g = g
+            if best_b >= 0:
+                dest[u] = best_b
+                gain[u] = best_g
+            clear_connectivity(acc, grp, cut_mode, touched, nt)
+
+
+@nb.njit(inline="always", cache=True)
+def _beats(gv, hv, gu, hu):
+    """Priority order of the independent set: larger gain, then larger hash."""
+    return gv > gu or (gv == gu and hv > hu)
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _isr_independent(xadj, adjncy, dest, gain, key, nchunks, sel):
+    """``sel[u] = 1`` for the candidates whose priority beats every candidate neighbour
+    (ISR step 2)."""
+    n = dest.size
+    for c in nb.prange(nchunks):
+        lo = c * n // nchunks
+        hi = (c + 1) * n // nchunks
+        for u in range(lo, hi):
+            sel[u] = 0
+            if dest[u] < 0:
+                continue
+            gu = gain[u]
+            hu = _mix64(np.uint64(u) ^ key)
+            wins = True
+            for e in range(xadj[u], xadj[u + 1]):
+                v = adjncy[e]
+                if v == u or dest[v] < 0:
+                    continue
+                if _beats(gain[v], _mix64(np.uint64(v) ^ key), gu, hu):
+                    wins = False
+                    break
+            if wins:
+                sel[u] = 1
+
+
+@nb.njit(cache=True, nogil=True)
+def _prefix_fit(moves, m, part, target, vwgt, bw, lmax):
+    """Largest ``j < m`` such that after moving ``moves[0..j]`` to ``target`` no block
+    exceeds ``lmax`` (-1: none; ISR step 3).
+
+    One pass in move order, tracking the number of overloaded blocks.
+    """
+    cur = bw.copy()
+    over = 0
+    for b in range(cur.size):
+        if cur[b] > lmax:
+            over += 1
+    best = -1
+    for j in range(m):
+        u = moves[j]
+        s = part[u]
+        d = target[u]
+        x = vwgt[u]
+        if cur[s] > lmax:
+            over -= 1
+        cur[s] -= x
+        if cur[s] > lmax:
+            over += 1
+        if cur[d] > lmax:
+            over -= 1
+        cur[d] += x
+        if cur[d] > lmax:
+            over += 1
+        if over == 0:
+            best = j
+    return best
+
+
 # ------------------------------------------------------------------ refinement loop
 #: The graph as the compiled loop sees it (``fwgt``: float64 weights for the gains;
 #: ``grp``/``delta``: :func:`.common_cpu.level_tables`).
@@ -859,19 +987,25 @@ _Graph = namedtuple("_Graph", ["xadj", "adjncy", "adjwgt", "fwgt", "vwgt", "pref
 _State = namedtuple("_State", [
     "locked", "locks",           # LP locks: vertices moved by the last LP round
     "dirty", "dirty_list",       # vertices whose LP proposal is stale
-    "dest", "gain",              # LP proposals, kept between rounds
+    "dest", "gain",              # LP proposals, kept between rounds (ISR: its candidates)
     "in_near", "near",           # the re-proposed vertices and their neighbours
     "everyone",                  # 0, 1, ..., n - 1
     "ok",                        # afterburner verdict per entry of near
     "moves",                     # this iteration's moves, ascending
     "mark",                      # all zero between uses
     "in_changed", "changed",     # vertices moved since the last best snapshot
-    "rb_dest", "bucket", "selected",  # rebalancing proposals
+    "rb_dest", "bucket", "selected",  # rebalancing proposals (selected: ISR's independent set)
     "target",                    # destination of each moving vertex; -1 between iterations
     "rows",                      # traffic delta per chunk of moves
     "sizes",                     # lengths of the lists, indexed by the constants below
+    "counts",                    # what the loop did, indexed by the constants below
 ])
 _NLOCK, _NDIRTY, _NCHANGED = 0, 1, 2
+#: ``counts``: iterations; LP or ISR rounds ("steps"), weak and strong rebalancing
+#: rounds; vertices moved by the steps and by rebalancing
+_COUNT_NAMES = ("iterations", "steps", "weak_steps", "strong_steps", "step_moves",
+                "rebalance_moves")
+_ITERATIONS, _STEPS, _WEAK_STEPS, _STRONG_STEPS, _STEP_MOVES, _REBALANCE_MOVES = range(6)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -889,7 +1023,8 @@ def _new_state(n, k, traffic):
                   np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.int32),
                   np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32),
                   np.empty(n, dtype=np.uint8), np.full(n, -1, dtype=np.int32),
-                  np.empty((_chunks_nb(n, k), traffic.size), dtype=traffic.dtype), sizes)
+                  np.empty((_chunks_nb(n, k), traffic.size), dtype=traffic.dtype), sizes,
+                  np.zeros(len(_COUNT_NAMES), dtype=np.int64))
 
 
 @nb.njit(inline="always", cache=True)
@@ -913,29 +1048,42 @@ def _push_around(xadj, adjncy, verts, flag, items, count):
 
 
 @nb.njit(inline="always", cache=True)
-def _sift_down(a, root, size):
+def _later(u, v, key):
+    """Whether id ``u`` comes after id ``v`` in the order of :func:`_heapsort`."""
+    return key[u] < key[v] or (key[u] == key[v] and u > v)
+
+
+@nb.njit(inline="always", cache=True)
+def _sift_down(a, root, size, key):
     while True:
         child = 2 * root + 1
         if child >= size:
             return
-        if child + 1 < size and a[child + 1] > a[child]:
+        if child + 1 < size and _later(a[child + 1], a[child], key):
             child += 1
-        if a[root] >= a[child]:
+        if not _later(a[child], a[root], key):
             return
         a[root], a[child] = a[child], a[root]
         root = child
+
+
+@nb.njit(inline="always", cache=True)
+def _heapsort(items, m, key):
+    """Sort ``items[:m]`` (distinct ids) by ``key`` descending, then id ascending, in
+    place. The order is total, so the result is that of any correct sort
+    (ndarray.sort would add seconds to the compile time of the loop)."""
+    for root in range(m // 2 - 1, -1, -1):
+        _sift_down(items, root, m, key)
+    for end in range(m - 1, 0, -1):
+        items[0], items[end] = items[end], items[0]
+        _sift_down(items, 0, end, key)
 
 
 @nb.njit(cache=True, nogil=True)
 def _sort_ascending(items, m, mark):
     """Sort ``items[:m]`` (distinct ids below ``mark.size``) in place."""
     if m * 32 < mark.size:
-        # heapsort: ndarray.sort would add seconds to the compile time of the loop
-        for root in range(m // 2 - 1, -1, -1):
-            _sift_down(items, root, m)
-        for end in range(m - 1, 0, -1):
-            items[0], items[end] = items[end], items[0]
-            _sift_down(items, 0, end)
+        _heapsort(items, m, mark)  # mark is all zero: by id alone
         return
     # many items: a pass over the flags is cheaper than comparisons
     for i in range(m):
@@ -964,7 +1112,7 @@ def _afterburn_some(g, part, k, cut_mode, par, verts, st):
             ok[i] = st.dest[u] >= 0 and _afterburn_ok(u, g.xadj, g.adjncy, g.fwgt, part,
                                                        g.grp, g.dist, cut_mode, st.dest,
                                                        st.gain)
-    m = 0
+    m = np.int64(0)  # not a literal 0: that types (and compiles) the callee once more
     for i in range(nv):
         if ok[i]:
             st.moves[m] = verts[i]
@@ -1003,7 +1151,8 @@ def _lp_round(g, part, k, filter_ratio, incremental, par, st):
         # the neighbourhood would be most of the graph: listing it costs more
         m = _afterburn_some(g, part, k, cut_mode, par, st.everyone, st)
     else:
-        nn = _push_around(g.xadj, g.adjncy, active, st.in_near, st.near, 0)
+        # np.int64(0), not 0: a literal argument would compile the callee once more
+        nn = _push_around(g.xadj, g.adjncy, active, st.in_near, st.near, np.int64(0))
         near = st.near[:nn]
         for u in near:
             st.in_near[u] = 0
@@ -1051,6 +1200,33 @@ def _strong_round(g, part, k, lmax, bw, par, st):
 
 
 @nb.njit(cache=True, nogil=True)
+def _isr_round(g, part, k, lmax, bw, key, st):
+    """One ISR step (``isr_cpu``) with hash key ``key``: the moves in ``st.moves`` in
+    selection order (gain descending, then id ascending: the order of
+    ``isr_cpu.isr_moves``, in which :func:`_apply_moves` also sums their traffic),
+    their destinations in ``st.target``. Returns the number of moves, or -1 when no
+    candidate fits (a local optimum).
+
+    Candidates go to ``st.dest``/``st.gain`` and the independent set to
+    ``st.selected``; LP proposals are not kept in this mode.
+    """
+    nchunks = _chunks_nb(part.size, k)
+    _isr_propose(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, bw, lmax, k, g.grp, g.delta,
+                 g.prefix.size == 1, nchunks, st.dest, st.gain)
+    _isr_independent(g.xadj, g.adjncy, st.dest, st.gain, key, nchunks, st.selected)
+    m = np.int64(0)  # not a literal 0: that types (and compiles) the callees once more
+    for u in range(part.size):
+        if st.selected[u]:
+            st.moves[m] = u
+            m += 1
+    _heapsort(st.moves, m, st.gain)
+    m = _prefix_fit(st.moves, m, part, st.dest, g.vwgt, bw, lmax) + 1
+    for u in st.moves[:m]:
+        st.target[u] = st.dest[u]
+    return m if m > 0 else -1
+
+
+@nb.njit(cache=True, nogil=True)
 def _settle(xadj, adjncy, moves, st):
     """After applying ``moves``: clear their targets, flag the moved vertices and
     their neighbours dirty (stale proposals), remember the moved ones for the snapshot."""
@@ -1095,48 +1271,85 @@ def _restart(xadj, adjncy, cur, best, st, stale):
     st.sizes[_NDIRTY] = nd
 
 
-@nb.njit(cache=True, nogil=True)
-def _jet_loop(g, cur, best, st, k, lmax, filter_ratio, max_iters, phi, max_weak, seed_key,
-              incremental, par, traffic, cur_cost):
-    """One pass of :func:`jet_refine` on prepared inputs, from ``cur`` (equal to
-    ``best``; both updated), whose traffic (updated) and cost are ``traffic`` and
-    ``cur_cost``. Returns ``(best_cost, traffic of best)``."""
-    bw = np.zeros(k, dtype=np.int64)
-    for u in range(cur.size):
-        bw[cur[u]] += g.vwgt[u]
-    maxw = _largest(bw)
-    best_cost, best_maxw = cur_cost, maxw
-    best_traffic = traffic.copy()
-    it = 0
-    weak_runs = 0
-    while it < max_iters:
-        it += 1
-        if maxw <= lmax:
-            m = _lp_round(g, cur, k, filter_ratio, incremental, par, st)
-            weak_runs = 0
-            if m < 0:
-                break
-        elif weak_runs < max_weak:
-            m = _weak_round(g, cur, k, lmax, bw, seed_key, par, st)
-            weak_runs += 1
-        else:
-            m = _strong_round(g, cur, k, lmax, bw, par, st)
-            weak_runs = 0
-        moves = st.moves[:m]
-        _apply_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, g.grp, k, moves, st.target, bw,
-                     traffic, st.rows, par)
-        _settle(g.xadj, g.adjncy, moves, st)
-        cur_cost = _cost_nb(traffic, g.dist)
+def _make_loop(isr):
+    """The refinement loop in one mode, fixed at compile time: LP rounds (``isr``
+    false, :func:`jet_refine`) or ISR steps (``isr_cpu.isr_refine``).
+
+    ``isr`` is a constant of the closure, so Numba prunes the other mode's branch
+    before typing and compiles only this mode's kernels (Jet's first call compiles no
+    ISR kernel, and ISR's no LP kernel); each mode is cached on its own (Numba keys a
+    closure's cache entry by its cell values). As a runtime argument, ``isr`` made
+    every first call compile both.
+    """
+
+    @nb.njit(cache=True, nogil=True)
+    def loop(g, cur, best, st, k, lmax, filter_ratio, max_iters, phi, max_weak, seed_key,
+             incremental, par, traffic, cur_cost, cap):
+        """One pass of the refinement loop on prepared inputs, from ``cur`` (equal to
+        ``best``; both updated), whose traffic (updated) and cost are ``traffic`` and
+        ``cur_cost``. Returns ``(best_cost, traffic of best)``.
+
+        A balanced iteration runs an LP round (:func:`jet_refine`) or, in ISR mode, an
+        ISR step (``isr_cpu.isr_refine``); rebalancing, the bookkeeping of the best
+        partition and the stopping rules are those of both. ISR step ``i`` (counted in
+        ``st.counts``, over the state's life) hashes with ``isr_step_key(seed_key, i)``.
+        The loop also stops once ``st.counts`` holds ``cap`` iterations.
+        """
+        bw = np.zeros(k, dtype=np.int64)
+        for u in range(cur.size):
+            bw[cur[u]] += g.vwgt[u]
         maxw = _largest(bw)
-        keep, progress = _judge_nb(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
-        if progress:
-            it = 0
-        if keep:
-            _snapshot(best, cur, st)
-            for t in range(traffic.size):
-                best_traffic[t] = traffic[t]
-            best_cost, best_maxw = cur_cost, maxw
-    return best_cost, best_traffic
+        best_cost, best_maxw = cur_cost, maxw
+        best_traffic = traffic.copy()
+        counts = st.counts
+        it = 0
+        weak_runs = 0
+        while it < max_iters and counts[_ITERATIONS] < cap:
+            it += 1
+            counts[_ITERATIONS] += 1
+            if maxw <= lmax:
+                if isr:
+                    key = isr_step_key(seed_key, counts[_STEPS])
+                    m = _isr_round(g, cur, k, lmax, bw, key, st)
+                else:
+                    m = _lp_round(g, cur, k, filter_ratio, incremental, par, st)
+                counts[_STEPS] += 1
+                weak_runs = 0
+                if m < 0:
+                    break
+                counts[_STEP_MOVES] += m
+            else:
+                if weak_runs < max_weak:
+                    m = _weak_round(g, cur, k, lmax, bw, seed_key, par, st)
+                    weak_runs += 1
+                    counts[_WEAK_STEPS] += 1
+                else:
+                    m = _strong_round(g, cur, k, lmax, bw, par, st)
+                    weak_runs = 0
+                    counts[_STRONG_STEPS] += 1
+                counts[_REBALANCE_MOVES] += m
+            moves = st.moves[:m]
+            _apply_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, g.grp, k, moves, st.target, bw,
+                         traffic, st.rows, par)
+            _settle(g.xadj, g.adjncy, moves, st)
+            cur_cost = _cost_nb(traffic, g.dist)
+            maxw = _largest(bw)
+            keep, progress = _judge_nb(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
+            if progress:
+                it = 0
+            if keep:
+                _snapshot(best, cur, st)
+                for t in range(traffic.size):
+                    best_traffic[t] = traffic[t]
+                best_cost, best_maxw = cur_cost, maxw
+        return best_cost, best_traffic
+
+    return loop
+
+
+#: the loop of :func:`jet_refine` / :func:`ultra_refine` and that of ``isr_cpu``
+_jet_loop = _make_loop(False)
+_isr_loop = _make_loop(True)
 
 
 def _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix, dist):
@@ -1183,9 +1396,42 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     Both give the same result (tested); the first is much faster. The loop runs
     compiled, one call per refinement (module docstring, "Cost per iteration").
     """
+    return refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, (filter_ratio,),
+                  max_iters=max_iters, phi=phi, max_weak=max_weak, seed=seed,
+                  incremental=incremental)[:2]
+
+
+#: ``cap`` of :func:`refine` when none is given: only the patience ends the loop
+_UNCAPPED = np.iinfo(np.int64).max
+
+
+def refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, ratios, *, max_iters,
+           phi, max_weak, seed, incremental=True, isr=False, cap=None):
+    """The CPU refinement loop behind :func:`jet_refine`, :func:`ultra_refine` and
+    ``isr_cpu.isr_refine``: one pass per filter ratio of ``ratios`` (each from the
+    best partition of the previous one), with LP rounds or, with ``isr``, ISR steps
+    on balanced partitions; at most ``cap`` iterations in all (default: no cap).
+
+    Returns ``(part, cost, counts)``; ``counts`` counts what the loop did:
+    ``iterations``, ``steps`` (LP rounds or ISR steps), ``weak_steps``,
+    ``strong_steps``, ``step_moves`` and ``rebalance_moves`` (vertices moved).
+    """
     g, part = _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi)
-    return _refine_passes(g, part, int(k), int(lmax), (filter_ratio,), max_iters, phi, max_weak,
-                          seed, incremental)
+    best, best_cost, counts = _refine_passes(
+        g, part, int(k), int(lmax), tuple(ratios), max_iters, phi, max_weak, seed, incremental,
+        isr, _UNCAPPED if cap is None else int(cap))
+    return best, best_cost, dict(zip(_COUNT_NAMES, (int(c) for c in counts)))
+
+
+def isr_step(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, key):
+    """The moves of one ISR step with hash key ``key`` from ``part`` (not modified), as
+    the loop's ISR mode makes them: ``(vertices, targets, gains)`` in selection order."""
+    g, part = _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, 1.0)
+    k = int(k)
+    st = _new_state(part.size, k, np.zeros(g.prefix.size + 1))
+    m = max(_isr_round(g, part, k, int(lmax), block_weights(part, g.vwgt, k), key, st), 0)
+    moves = st.moves[:m].copy()
+    return moves, st.target[moves], st.gain[moves]
 
 
 def _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi):
@@ -1202,9 +1448,9 @@ def _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi):
     return g, part
 
 
-def _refine_passes(g, part, k, lmax, ratios, max_iters, phi, max_weak, seed, incremental):
-    """:func:`jet_refine` once per filter ratio on prepared inputs, each pass from the
-    best partition of the previous one. Returns ``(best, cost)``.
+def _refine_passes(g, part, k, lmax, ratios, max_iters, phi, max_weak, seed, incremental, isr,
+                   cap):
+    """:func:`refine` on prepared inputs. Returns ``(best, cost, st.counts)``.
 
     The passes share one state: a pass starts from the traffic and the proposals
     its predecessor ended with, re-proposing only what the restart changes
@@ -1214,23 +1460,24 @@ def _refine_passes(g, part, k, lmax, ratios, max_iters, phi, max_weak, seed, inc
     traffic = _traffic(g.xadj, g.adjncy, g.adjwgt, part, g.prefix, k)
     best_cost = _cost_of(traffic, g.dist)
     if part.size == 0 or k == 1:
-        return part.copy(), best_cost
+        return part.copy(), best_cost, np.zeros(len(_COUNT_NAMES), dtype=np.int64)
     cur, best = part.copy(), part.copy()
     st = _new_state(part.size, k, traffic)
     nonneg = _nonnegative(g) if len(ratios) > 1 else True  # one O(m) pass, not one per ratio
+    loop = _isr_loop if isr else _jet_loop
     for i, ratio in enumerate(ratios):
         if i:
             _restart(g.xadj, g.adjncy, cur, best, st,
                      _stale_proposals(g, ratios[i - 1], ratio, nonneg))
-        best_cost, traffic = _jet_loop(
+        best_cost, traffic = loop(
             g, cur, best, st, k, lmax, float(ratio), int(max_iters), float(phi), int(max_weak),
-            _seed_key(seed), bool(incremental), _parallel(), traffic, best_cost)
+            _seed_key(seed), bool(incremental), _parallel(), traffic, best_cost, cap)
         if g.adjwgt.dtype.kind == "f":
             # incremental float updates drift in the last bits: report a fresh sum, and
             # start the next pass from it (as a separate jet_refine call would)
             traffic = _traffic(g.xadj, g.adjncy, g.adjwgt, best, g.prefix, k)
             best_cost = _cost_of(traffic, g.dist)
-    return best, best_cost
+    return best, best_cost, st.counts
 
 
 def _nonnegative(g) -> bool:
@@ -1273,6 +1520,5 @@ def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
     if not filter_ratios:
         result = np.ascontiguousarray(part, dtype=np.int32)
         return result, cost(xadj, adjncy, adjwgt, result, prefix, dist)
-    g, part = _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi)
-    return _refine_passes(g, part, int(k), int(lmax), filter_ratios, max_iters, phi, max_weak,
-                          seed, True)
+    return refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, filter_ratios,
+                  max_iters=max_iters, phi=phi, max_weak=max_weak, seed=seed)[:2]
