@@ -293,27 +293,6 @@ def test_coarsening_stops_at_a_level_that_keeps_almost_every_edge():
     assert levels[-1].n <= 1000
 
 
-def test_metis_partition_places_edgeless_vertices_by_balance_alone():
-    """Edgeless vertices do not go to METIS: the others get the partition METIS gives
-    them alone, and the edgeless ones fill every block up to its share."""
-    from procmap.engines.initial import metis_partition
-    linked = grid_graph((40, 40))
-    n_iso = 2000
-    rng = np.random.default_rng(3)
-    vwgt = np.concatenate((linked.vwgt, rng.integers(1, 4, n_iso)))
-    xadj = np.concatenate((linked.xadj, np.full(n_iso, linked.xadj[-1])))
-    k, eps = 6, 0.03
-    part = metis_partition(xadj, linked.adjncy, linked.adjwgt, vwgt, k, eps, 7)
-    alone = metis_partition(linked.xadj, linked.adjncy, linked.adjwgt, linked.vwgt, k, eps, 7)
-    np.testing.assert_array_equal(part[:linked.n], alone)
-    loads = np.bincount(part, weights=vwgt, minlength=k)
-    assert loads.max() <= vwgt.sum() / k * (1 + eps) + vwgt.max()
-    targets = np.array([3.0, 1, 1, 1, 1, 1])
-    part = metis_partition(xadj, linked.adjncy, linked.adjwgt, vwgt, k, eps, 7, targets)
-    loads = np.bincount(part, weights=vwgt, minlength=k)
-    assert np.all(loads <= vwgt.sum() * targets / targets.sum() * (1 + eps) + vwgt.max())
-
-
 def test_random_partition_is_seeded_and_fills_each_share():
     from procmap.engines.initial import random_partition
     vwgt = np.random.default_rng(1).integers(1, 9, 5000)

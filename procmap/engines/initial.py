@@ -65,10 +65,6 @@ def metis_partition(xadj, adjncy, adjwgt, vwgt, k: int, eps: float, seed: int,
     if adjncy.size == 0:
         # METIS needs edges; split isolated vertices greedily by weight
         return _greedy_fill(vw, k, targets)
-    xadj = np.asarray(xadj)
-    linked = xadj[1:] != xadj[:-1]
-    if not linked.all():
-        return _without_isolated(xadj, adjncy, adjwgt, vw, linked, k, eps, seed, targets)
     eweights = _metis_edge_weights(adjwgt)
     if tp is None and metis_lib.available():  # the same partition, without holding the GIL
         return metis_lib.part_graph(xadj, adjncy, vw, eweights, k, opts.ufactor, opts.seed)
@@ -77,28 +73,6 @@ def metis_partition(xadj, adjncy, adjwgt, vwgt, k: int, eps: float, seed: int,
         _, parts = pymetis.part_graph(k, graph, vweights=vw, eweights=eweights, tpwgts=tp,
                                       options=opts)
     return np.asarray(parts, dtype=np.int32)
-
-
-def _without_isolated(xadj, adjncy, adjwgt, vwgt, linked, k: int, eps: float, seed: int,
-                      targets) -> np.ndarray:
-    """:func:`metis_partition` of a graph with edgeless vertices: METIS partitions the
-    others, and the edgeless ones, which cut nothing wherever they go, fill the blocks
-    up to their targets (:func:`_fill_deficits`). METIS's coarsening cannot match an
-    edgeless vertex, so leaving them in multiplies its running time (power-law graphs
-    have many)."""
-    keep = np.flatnonzero(linked)
-    iso = np.flatnonzero(~linked)
-    deg = np.diff(xadj)[keep]
-    sub_xadj = np.zeros(keep.size + 1, dtype=np.int64)
-    np.cumsum(deg, out=sub_xadj[1:])
-    new_id = np.cumsum(linked, dtype=np.int64) - 1  # ids of the linked vertices, in order
-    sub_adjncy = new_id[adjncy]
-    part = np.empty(xadj.size - 1, dtype=np.int32)
-    part[keep] = metis_partition(sub_xadj, sub_adjncy, adjwgt, vwgt[keep], k, eps, seed,
-                                 targets)
-    load = np.bincount(part[keep], weights=vwgt[keep], minlength=k)
-    part[iso] = _fill_deficits(vwgt[iso], load, k, targets)
-    return part
 
 
 def random_partition(vwgt: np.ndarray, k: int, seed: int,
@@ -129,17 +103,6 @@ def _runs(w: np.ndarray, room: np.ndarray) -> np.ndarray:
     middle = np.cumsum(w) - w / 2.0
     blocks = np.searchsorted(np.cumsum(room), middle, side="right")
     return np.minimum(blocks, room.size - 1).astype(np.int32)
-
-
-def _fill_deficits(vwgt: np.ndarray, load: np.ndarray, k: int, targets) -> np.ndarray:
-    """Blocks for free vertices of weights ``vwgt`` given the blocks' ``load``: heaviest
-    first, each block receives a consecutive run that fills its deficit against its
-    target share of the total weight (a block ends at most one vertex over it)."""
-    deficit = np.maximum(_shares(k, targets) * (load.sum() + vwgt.sum()) - load, 0.0)
-    order = np.argsort(-vwgt, kind="stable")
-    part = np.empty(vwgt.size, dtype=np.int32)
-    part[order] = _runs(vwgt[order], deficit)
-    return part
 
 
 def _greedy_fill(vwgt: np.ndarray, k: int, targets) -> np.ndarray:

@@ -88,16 +88,15 @@ def test_concurrent_tries_return_arrays_safe_to_keep():
 def test_gpu_quality_close_to_cpu(engine, rgg):
     """Deliverable 5 of the GPU issue: equal quality on the same input. Random
     geometric graphs measure within 1% at 2^23. At this size one seed's J varies by a
-    few percent on either device (the coarsest graph's METIS partition), and the GPU's
-    levels above DeviceContext.gpu_min_vertices refine by Jet alone where the CPU adds
-    FM: the geometric means over three seeds are compared, within 6%."""
+    few percent on either device (the coarsest graph's METIS partition): the geometric
+    means over three seeds are compared, within 5%."""
     h = Hierarchy.parse("4:8:2", "1:10:100")
     js = {}
     for device in ("gpu", "cpu"):
         runs = [map_tasks(rgg, h, engine=engine, seed=s, device=device) for s in (1, 2, 3)]
         assert all(r.evaluation.valid for r in runs)
         js[device] = np.exp(np.mean(np.log([r.J for r in runs])))
-    assert js["gpu"] <= 1.06 * js["cpu"]
+    assert js["gpu"] <= 1.05 * js["cpu"]
 
 
 MESH = grid_graph((1024, 512))
