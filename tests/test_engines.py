@@ -293,6 +293,18 @@ def test_coarsening_stops_at_a_level_that_keeps_almost_every_edge():
     assert levels[-1].n <= 1000
 
 
+@pytest.mark.parametrize("targets", [None, np.array([3.0, 1, 1, 1])])
+def test_metis_partition_of_an_edgeless_graph_fills_each_share(targets):
+    from procmap.engines.initial import metis_partition
+    vwgt = np.random.default_rng(1).integers(1, 5, 10_000)
+    xadj = np.zeros(vwgt.size + 1, dtype=np.int64)
+    none = np.zeros(0, dtype=np.int64)
+    part = metis_partition(xadj, none.astype(np.int32), none, vwgt, 4, 0.03, 1, targets)
+    share = (np.full(4, 0.25) if targets is None else targets / targets.sum()) * vwgt.sum()
+    loads = np.bincount(part, weights=vwgt, minlength=4)
+    assert np.all(np.abs(loads - share) <= vwgt.max() / 2)
+
+
 def test_random_partition_is_seeded_and_fills_each_share():
     from procmap.engines.initial import random_partition
     vwgt = np.random.default_rng(1).integers(1, 9, 5000)

@@ -106,11 +106,11 @@ def _runs(w: np.ndarray, room: np.ndarray) -> np.ndarray:
 
 
 def _greedy_fill(vwgt: np.ndarray, k: int, targets) -> np.ndarray:
-    share = _shares(k, targets)
-    load = np.zeros(k)
+    """Blocks of an edgeless graph: heaviest first, each block takes a consecutive run
+    up to its share of the weight (every placement cuts nothing; a block ends within
+    half a vertex weight of its share). Vectorised: deep splits of power-law graphs
+    hand over tens of thousands of edgeless vertices."""
+    order = np.argsort(-vwgt, kind="stable")
     part = np.empty(vwgt.size, dtype=np.int32)
-    for u in np.argsort(-vwgt, kind="stable"):
-        b = int(np.argmin((load + vwgt[u]) / np.maximum(share, 1e-12)))
-        part[u] = b
-        load[b] += vwgt[u]
+    part[order] = _runs(vwgt[order], _shares(k, targets) * float(vwgt.sum()))
     return part
