@@ -5,7 +5,8 @@ Partition mapping onto the hierarchy 4:8:6 (k = 192) with distances 1:10:100 and
 
 * procmap ``map_tasks(graph, Hierarchy.parse("4:8:6", "1:10:100"), engine=E, eps, seed, device="cpu")`` for
   E in hm, hm-ultra, im (``--engines``),
-* the peers (benchmarks/peers.py): KaHIP process_mapping multisection fast and eco, Scotch tleaf
+* the peers (benchmarks/peers.py): KaHIP process_mapping multisection fast and eco (strong with
+  ``--peers ...,kahip-strong``: minutes per instance, so not by default), Scotch tleaf
   (QUALITY | BALANCE) and METIS k-way + identity (``--peers``),
 
 and reports J (procmap.evaluate, both directions of every edge), the wall time of the mapping
@@ -15,7 +16,7 @@ fails unless every mapping of its engine is valid). One thread by default (``num
 The end of the report holds the targets of the CPU-engines issue, as PASS/FAIL lines, on the
 geometric means over the instances:
 
-* hm-ultra J <= KaHIP eco
+* hm-ultra J <= KaHIP eco (and, with kahip-strong, <= KaHIP strong in at most half its time)
 * hm J <= 1.05 x KaHIP eco and hm time <= KaHIP fast
 * im J <= Scotch quality and im time <= Scotch quality
 
@@ -46,9 +47,10 @@ sys.path.insert(0, HERE)
 LEVELS = [4, 8, 6]
 DISTS = [1, 10, 100]
 ENGINES = ("hm", "hm-ultra", "im")
-PEERS = ("kahip-fast", "kahip-eco", "scotch", "metis")
+PEERS = ("kahip-fast", "kahip-eco", "kahip-strong", "scotch", "metis")
 LABELS = {"hm": "hm", "hm-ultra": "hm-ultra", "im": "im", "kahip-fast": "KaHIP fast",
-          "kahip-eco": "KaHIP eco", "scotch": "Scotch quality", "metis": "METIS+id"}
+          "kahip-eco": "KaHIP eco", "kahip-strong": "KaHIP strong", "scotch": "Scotch quality",
+          "metis": "METIS+id"}
 
 
 def _csv(text: str, known) -> list[str]:
@@ -66,10 +68,9 @@ def _runner(method: str, topo, eps: float, seed: int):
     if method in ENGINES:
         return lambda g: procmap.map_tasks(g, topo, engine=method, eps=eps, seed=seed,
                                            device="cpu").pes
-    if method == "kahip-fast":
-        return lambda g: peers.kahip_process_mapping(g, LEVELS, DISTS, eps, mode="fast", seed=seed)
-    if method == "kahip-eco":
-        return lambda g: peers.kahip_process_mapping(g, LEVELS, DISTS, eps, mode="eco", seed=seed)
+    if method.startswith("kahip-"):
+        mode = method.split("-", 1)[1]
+        return lambda g: peers.kahip_process_mapping(g, LEVELS, DISTS, eps, mode=mode, seed=seed)
     if method == "scotch":
         return lambda g: peers.scotch_tleaf(g, LEVELS, DISTS, eps, quality=True, seed=seed)
     if method == "metis":
@@ -120,7 +121,8 @@ def main() -> None:
     ap.add_argument("--instances", help="comma-separated names (default: the four 2^17-scale ones)")
     ap.add_argument("--large", action="store_true", help="add the 2^20-scale instances")
     ap.add_argument("--engines", default=",".join(ENGINES))
-    ap.add_argument("--peers", default=",".join(PEERS), help="'' for none")
+    ap.add_argument("--peers", default=",".join(p for p in PEERS if p != "kahip-strong"),
+                    help="'' for none; kahip-strong is not in the default")
     ap.add_argument("--eps", type=float, default=0.03)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
@@ -264,6 +266,11 @@ def report(results, names, methods) -> None:
     if "hm-ultra" in methods and "kahip-eco" in methods:
         check(f"hm-ultra J <= KaHIP eco J (ratio {fmt('hm-ultra', 'kahip-eco', 'J')}; all valid: "
               f"{valid_all('hm-ultra')})", rel("hm-ultra", "kahip-eco", "J"), valid_all("hm-ultra"))
+    if "hm-ultra" in methods and "kahip-strong" in methods:
+        check(f"hm-ultra J <= KaHIP strong J (ratio {fmt('hm-ultra', 'kahip-strong', 'J')}) in at "
+              f"most half its time (ratio {fmt('hm-ultra', 'kahip-strong', 't')}; all valid: "
+              f"{valid_all('hm-ultra')})", rel("hm-ultra", "kahip-strong", "J"),
+              rel("hm-ultra", "kahip-strong", "t", 0.5), valid_all("hm-ultra"))
     if "hm" in methods and "kahip-eco" in methods and "kahip-fast" in methods:
         check(f"hm J <= 1.05 x KaHIP eco J (ratio {fmt('hm', 'kahip-eco', 'J')}) and hm time <= "
               f"KaHIP fast time (ratio {fmt('hm', 'kahip-fast', 't')}; all valid: {valid_all('hm')})",
