@@ -331,6 +331,71 @@ def test_engines_on_a_graph_that_does_not_coarsen(engine):
     assert a.evaluation.J < 0.9 * evaluate(g, h, baselines.random(g.n, h, seed=0)).J
 
 
+def test_a_split_that_does_not_coarsen_starts_at_random_without_v_cycles(monkeypatch):
+    """hm-ultra's top split of a graph that keeps its edges under matching: no METIS call
+    on it (a random start), and its V-cycles end at the first that yields no coarse level,
+    instead of refining the same graph again."""
+    from procmap.engines import multilevel
+    from procmap.engines.context import preset
+    g = _random_graph(6000, 16, 2)
+    metis_sizes, cycles = [], []
+    real_metis, real_vcycle = multilevel.metis_partition, multilevel._vcycle
+
+    def metis(xadj, *args, **kwargs):
+        metis_sizes.append(xadj.size - 1)
+        return real_metis(xadj, *args, **kwargs)
+
+    def vcycle(problem, ctx, plan, seed, start=None):
+        result = real_vcycle(problem, ctx, plan, seed, start)
+        if problem.xadj.size - 1 == g.n:
+            cycles.append((start is not None, result is None))
+        return result
+
+    monkeypatch.setattr(multilevel, "metis_partition", metis)
+    monkeypatch.setattr(multilevel, "_vcycle", vcycle)
+    ctx = preset("hm-ultra")
+    k = 6
+    part = multilevel.kway_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k,
+                                     math.ceil(1.03 * g.n / k), eps=0.03, seed=1, ctx=ctx)
+    assert np.bincount(part, minlength=k).max() <= math.ceil(1.03 * g.n / k)
+    assert g.n not in metis_sizes
+    tries, vcycles = ctx.schedule.tries_at(0), ctx.schedule.vcycles_at(0)
+    assert vcycles > 1
+    # per try (tries may run concurrently): the cycle itself, then one V-cycle that
+    # yields nothing and ends the rest
+    assert sorted(cycles) == [(False, False)] * tries + [(True, True)] * tries
+
+
+def test_small_subgraphs_split_in_the_calling_thread_with_the_same_result(monkeypatch):
+    """DeviceContext.thread_min_vertices: subgraphs below it never go to a worker thread,
+    and the mapping is the one that handing every split to workers gives."""
+    from dataclasses import replace
+
+    from procmap.engines import hm as hm_mod
+    from procmap.engines.context import preset
+    g = grid_graph((48, 40))  # 1920 tasks: top split in the pool, 6 subgraphs of 320 below
+    h = Hierarchy.parse("4:8:6", "1:10:100")
+    handed = []
+    real = hm_mod.backend.in_worker
+
+    def in_worker(fn, threads, gpu=False):
+        def run(item):
+            handed.append(item[1].size)
+            return fn(item)
+        return real(run, threads, gpu)
+
+    monkeypatch.setattr(hm_mod.backend, "in_worker", in_worker)
+    ctx = preset("hm")
+    serial = map_tasks(g, h, context=ctx, seed=3, device="cpu")
+    if hm_mod.threading_layer() == "workqueue" or hm_mod.nb.get_num_threads() < 2:
+        pytest.skip("splits run serially here whatever the threshold")
+    assert not [size for size in handed if size < ctx.device.thread_min_vertices]
+    pooled_ctx = replace(ctx, device=replace(ctx.device, thread_min_vertices=0))
+    pooled = map_tasks(g, h, context=pooled_ctx, seed=3, device="cpu")
+    assert [size for size in handed if size < ctx.device.thread_min_vertices]
+    np.testing.assert_array_equal(serial.pes, pooled.pes)
+
+
 def test_im_on_a_graph_that_does_not_coarsen_refines_hms_mapping():
     """With no coarse level, im maps the input with plain hm (InitialMappingContext.
     uncoarsened: same pipeline and seed as the hm engine) and refines J from there."""
