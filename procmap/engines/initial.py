@@ -63,8 +63,8 @@ def metis_partition(xadj, adjncy, adjwgt, vwgt, k: int, eps: float, seed: int,
         vw = np.maximum(1, np.rint(vw * (_METIS_WEIGHT_BUDGET / vw.sum()))).astype(np.int64)
     tp = None if targets is None else [float(t) for t in np.asarray(targets) / np.sum(targets)]
     if adjncy.size == 0:
-        # METIS needs edges; split isolated vertices greedily by weight
-        return _greedy_fill(vw, k, targets)
+        # METIS needs edges; an edgeless graph is split by weight alone
+        return _edgeless_partition(vw, k, targets)
     eweights = _metis_edge_weights(adjwgt)
     if tp is None and metis_lib.available():  # the same partition, without holding the GIL
         return metis_lib.part_graph(xadj, adjncy, vw, eweights, k, opts.ufactor, opts.seed)
@@ -105,7 +105,7 @@ def _runs(w: np.ndarray, room: np.ndarray) -> np.ndarray:
     return np.minimum(blocks, room.size - 1).astype(np.int32)
 
 
-def _greedy_fill(vwgt: np.ndarray, k: int, targets) -> np.ndarray:
+def _edgeless_partition(vwgt: np.ndarray, k: int, targets) -> np.ndarray:
     """Blocks of an edgeless graph: heaviest first, each block takes a consecutive run
     up to its share of the weight (every placement cuts nothing; a block ends within
     half a vertex weight of its share). Vectorised: deep splits of power-law graphs
