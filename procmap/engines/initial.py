@@ -79,38 +79,29 @@ def random_partition(vwgt: np.ndarray, k: int, seed: int,
                      targets: np.ndarray | None = None) -> np.ndarray:
     """Seeded random balanced partition into ``k`` blocks (int32): a random order of
     the vertices cut into consecutive runs, each of its block's share of the weight
-    (``targets``, as in :func:`metis_partition`; a block ends at most one vertex over
-    its share). The start of a graph that does not coarsen
+    (``targets``, as in :func:`metis_partition`; a block ends within half a vertex
+    weight of its share). The start of a graph that does not coarsen
     (:attr:`~procmap.engines.context.InitialMappingContext.random_start`)."""
     vwgt = np.asarray(vwgt)
-    order = np.random.default_rng(seed).permutation(vwgt.size)
-    part = np.empty(vwgt.size, dtype=np.int32)
-    part[order] = _runs(vwgt[order], _shares(k, targets) * float(vwgt.sum()))
-    return part
-
-
-def _shares(k: int, targets) -> np.ndarray:
-    """The blocks' shares of the weight (sum 1)."""
-    if targets is None:
-        return np.full(k, 1.0 / k)
-    return np.asarray(targets, float) / np.sum(targets)
-
-
-def _runs(w: np.ndarray, room: np.ndarray) -> np.ndarray:
-    """Blocks of items of weights ``w`` that, in this order, fill blocks of capacities
-    ``room`` one after the other: an item goes to the block its middle falls in."""
-    w = w.astype(np.float64)
-    middle = np.cumsum(w) - w / 2.0
-    blocks = np.searchsorted(np.cumsum(room), middle, side="right")
-    return np.minimum(blocks, room.size - 1).astype(np.int32)
+    return _runs(vwgt, np.random.default_rng(seed).permutation(vwgt.size), k, targets)
 
 
 def _edgeless_partition(vwgt: np.ndarray, k: int, targets) -> np.ndarray:
-    """Blocks of an edgeless graph: heaviest first, each block takes a consecutive run
-    up to its share of the weight (every placement cuts nothing; a block ends within
-    half a vertex weight of its share). Vectorised: deep splits of power-law graphs
+    """Blocks of an edgeless graph, where every placement cuts nothing: heaviest first,
+    in consecutive runs (:func:`_runs`). Vectorised: deep splits of power-law graphs
     hand over tens of thousands of edgeless vertices."""
-    order = np.argsort(-vwgt, kind="stable")
+    return _runs(vwgt, np.argsort(-vwgt, kind="stable"), k, targets)
+
+
+def _runs(vwgt: np.ndarray, order: np.ndarray, k: int, targets) -> np.ndarray:
+    """Blocks (int32) of the vertices taken in ``order``: block after block, each takes
+    a consecutive run up to its share of the total weight (``targets``; equal shares
+    by default). A vertex goes to the block its middle falls in, so a block ends within
+    half a vertex weight of its share."""
+    share = np.full(k, 1.0 / k) if targets is None else np.asarray(targets, float) / np.sum(targets)
+    w = vwgt[order].astype(np.float64)
+    middle = np.cumsum(w) - w / 2.0
+    blocks = np.searchsorted(np.cumsum(share * w.sum()), middle, side="right")
     part = np.empty(vwgt.size, dtype=np.int32)
-    part[order] = _runs(vwgt[order], _shares(k, targets) * float(vwgt.sum()))
+    part[order] = np.minimum(blocks, k - 1)
     return part

@@ -77,9 +77,10 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
     partition carries over to every level unchanged.
 
     ``coarsening`` gives the scheme and its knobs (:class:`CoarseningContext`: a level
-    that shrinks too little, in vertices or in edges, ends coarsening; a union-find level that would undershoot
-    the target is matched with HEM instead). On the GPU, the first level below
-    ``device.gpu_min_vertices`` vertices moves to the host, with all coarser ones.
+    that shrinks too little, in vertices or in edges, ends coarsening; a union-find
+    level that would undershoot the target is matched with HEM instead). On the GPU,
+    the first level below ``device.gpu_min_vertices`` vertices moves to the host, with
+    all coarser ones.
     """
     c = coarsening
     levels = [Level(xadj, adjncy, adjwgt, vwgt, part=part)]
@@ -172,7 +173,7 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     # localized FM only where the whole split runs on the host: after it, GPU levels
     # refine by Jet alone, where localized FM on the host levels made J worse
     plan = LevelPlan(ultra=ctx.schedule.ultra_at(depth),
-                 local_fm=depth < ctx.local_fm.depth and be.runs_sequential_refiners)
+                     local_fm=depth < ctx.local_fm.depth and be.runs_sequential_refiners)
     vcycles = ctx.schedule.vcycles_at(depth)
 
     def attempt(i):
@@ -260,13 +261,14 @@ def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=No
     p = problem
     target = ctx.coarsening.target(p.k)
     levels = coarsen(*p.graph, target, p.lmax, seed, start, ctx.coarsening, ctx.device)
-    if start is not None and len(levels) == 1 and levels[0].n > target:
+    uncoarsened = len(levels) == 1 and levels[0].n > target
+    if start is not None and uncoarsened:
         return None
     coarsest = levels[-1]
     be = backend.of(coarsest.xadj)
     if start is not None:
         part = coarsest.part
-    elif ctx.initial.random_start and len(levels) == 1 and coarsest.n > target:
+    elif ctx.initial.random_start and uncoarsened:
         part = be.asarray(random_partition(to_host(coarsest.vwgt), p.k, seed, p.targets))
     else:
         host = [to_host(a) for a in (coarsest.xadj, coarsest.adjncy, coarsest.adjwgt,
