@@ -116,7 +116,8 @@ def kernel_bandwidth(graph, seed: int) -> dict:
     """GB/s of one contraction and one LP round on the finest level (see module docstring)."""
     import cupy as cp
 
-    from procmap.kernels import coarsen_gpu, jet_gpu
+    from procmap.kernels.coarsening import coarsen_gpu
+    from procmap.kernels.refinement import jet_gpu
 
     xadj, adjncy, adjwgt, vwgt = (cp.asarray(a) for a in
                                   (graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt))

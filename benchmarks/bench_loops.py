@@ -42,7 +42,7 @@ class _CountedLoop:
     filter schedule -- while recording."""
 
     def __init__(self, counter: ApiCounter):
-        from procmap.kernels import jet_gpu
+        from procmap.kernels.refinement import jet_gpu
         self.original = jet_gpu.ultra_refine
         self.counter = counter
         self.calls: list[dict] = []

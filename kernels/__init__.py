@@ -17,7 +17,7 @@ def __getattr__(name: str) -> Any:
     # Imported on first use: importing procmap.kernels.backend (device choice, cache
     # checks) must not compile or load any Numba kernel.
     if name in __all__:
-        from . import objective_cpu
+        from .objective import objective_cpu
 
         value = getattr(objective_cpu, name)
         globals()[name] = value

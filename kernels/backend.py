@@ -150,7 +150,7 @@ def kernel_cache_is_warm() -> bool:
     API: anything unexpected counts as warm (no message rather than a wrong one).
     """
     try:
-        from . import jet_cpu
+        from .refinement import jet_cpu
 
         index = jet_cpu._jet_loop._cache._cache_file._index_path
     except Exception:  # noqa: BLE001 -- internal API; see above
@@ -160,7 +160,10 @@ def kernel_cache_is_warm() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def cpu() -> Backend:
-    from . import coarsen_cpu, isr_cpu, jet_cpu, objective_cpu, subgraph_cpu, unionfind_cpu
+    from .coarsening import coarsen_cpu, unionfind_cpu
+    from .refinement import isr_cpu, jet_cpu
+    from .objective import objective_cpu
+    from .initial import subgraph_cpu
     return Backend("cpu", np, coarsen_cpu.two_hop_matching, coarsen_cpu.coarse_ids,
                    coarsen_cpu.contract, jet_cpu.jet_refine, jet_cpu.block_weights, jet_cpu.cost,
                    subgraph_cpu.extract_subgraphs, objective_cpu.level_traffic,
@@ -173,8 +176,11 @@ def cpu() -> Backend:
 def gpu() -> Backend:
     import cupy
 
-    from . import (coarsen_gpu, gpu_common, isr_gpu, jet_gpu, objective_gpu, subgraph_gpu,
-                   unionfind_gpu)
+    from .coarsening import coarsen_gpu, unionfind_gpu
+    from . import gpu_common
+    from .refinement import isr_gpu, jet_gpu
+    from .objective import objective_gpu
+    from .initial import subgraph_gpu
 
     def upload_graph(*arrays):
         if any(is_device_array(a) for a in arrays):
@@ -223,7 +229,7 @@ def warm_numba() -> None:
     Later dispatches in any thread find the target ready; one that comes while this
     runs waits for it on Numba's compiler lock. Computes nothing that anyone keeps.
     """
-    from . import validate_cpu
+    from .io import validate_cpu
 
     validate_cpu.check_xadj(np.zeros(1, dtype=np.int64), 0)
 

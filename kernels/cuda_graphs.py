@@ -28,7 +28,7 @@ Modes (``PROCMAP_CUDA_GRAPHS`` overrides the default, ``"auto"``):
 The body receives the condition handle (``np.uint64``; 0 outside ``"while"``) and a
 pointer to a small pinned int64 status array (:attr:`DeviceLoop.status`); its last
 kernel must call ``cudaGraphSetConditional`` when the handle is non-zero and always
-store the condition in ``status[0]`` (see ``loop_control`` in ``cuda/jet_loop.cu``); the
+store the condition in ``status[0]`` (see ``loop_control`` in ``refinement/jet_loop.cu``); the
 other words are the body's to report what the host needs after the loop. A body must not allocate memory (a capture would bake the address
 of a temporary that the pool later hands to someone else) and must not synchronise.
 

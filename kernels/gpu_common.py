@@ -1,5 +1,7 @@
-"""CuPy plumbing shared by the ``*_gpu`` kernel modules: loading ``cuda/*.cu`` files
-as ``cupy.RawModule`` and launching their kernels.
+"""CuPy plumbing shared by the ``*_gpu`` kernel modules: loading the ``.cu`` files that
+sit beside them (``refinement/jet.cu`` beside ``refinement/jet_gpu.py``) as
+``cupy.RawModule`` and launching their kernels. Headers shared by every module
+(``common.cuh``, ``conn_table.cuh``) are in ``cuda/``.
 
 Importing this module imports CuPy; the CPU path never does (the dispatch layer in
 :mod:`procmap.kernels.backend` imports the GPU modules only when asked for them).
@@ -26,7 +28,10 @@ import cupy as cp
 import numba as nb
 import numpy as np
 
-CUDA_DIR = pathlib.Path(__file__).with_name("cuda")
+#: The kernels package: ``.cu`` files are named relative to it (``"refinement/jet.cu"``).
+KERNELS_DIR = pathlib.Path(__file__).parent
+#: The headers every ``.cu`` file may include (``-I``).
+HEADERS_DIR = KERNELS_DIR / "cuda"
 #: Threads per block of the one-thread-per-item kernels.
 BLOCK = 256
 #: Grid cap of grid-stride kernels (enough blocks to fill an H100/H200 several times).
@@ -37,9 +42,9 @@ MAX_BLOCKS = 65535
 HISTOGRAM_BLOCKS = 1024
 
 
-def module_source(filename: str, cuda_dir: pathlib.Path = CUDA_DIR) -> str:
-    """The source of ``<cuda_dir>/<filename>`` as compiled: a first line with a digest of
-    the folder's headers, then the file.
+def module_source(filename: str, root: pathlib.Path = KERNELS_DIR) -> str:
+    """The source of ``<root>/<filename>`` as compiled: a first line with a digest of
+    the headers in ``<root>/cuda``, then the file.
 
     CuPy keys its on-disk cache of compiled modules by the source text and options; a
     header reached through ``-I`` is not part of that text. The digest line puts the
@@ -47,20 +52,20 @@ def module_source(filename: str, cuda_dir: pathlib.Path = CUDA_DIR) -> str:
     module compiled against the old one.
     """
     digest = hashlib.sha256()
-    for header in sorted(cuda_dir.glob("*.cuh")):
+    for header in sorted((root / "cuda").glob("*.cuh")):
         digest.update(header.name.encode() + b"\0" + header.read_bytes() + b"\0")
-    return f"// headers {digest.hexdigest()}\n" + (cuda_dir / filename).read_text()
+    return f"// headers {digest.hexdigest()}\n" + (root / filename).read_text()
 
 
 @functools.lru_cache(maxsize=None)
 def module(filename: str) -> cp.RawModule:
-    """The compiled ``kernels/cuda/<filename>`` (compiled once per process, cached on disk by
+    """The compiled ``kernels/<filename>`` (compiled once per process, cached on disk by
     CuPy under a key that covers the headers too: :func:`module_source`)."""
-    return cp.RawModule(code=module_source(filename), options=("--std=c++17", f"-I{CUDA_DIR}"))
+    return cp.RawModule(code=module_source(filename), options=("--std=c++17", f"-I{HEADERS_DIR}"))
 
 
 def kernel(filename: str, name: str) -> cp.RawKernel:
-    """Kernel ``name`` of ``kernels/cuda/<filename>``."""
+    """Kernel ``name`` of ``kernels/<filename>`` (``"refinement/jet.cu"``)."""
     return module(filename).get_function(name)
 
 

@@ -16,7 +16,7 @@ from .engines.multilevel import COARSENINGS, REFINEMENTS
 from .errors import CapacityError, DeviceError, InputError, TopologyError
 from .graph import CommGraph
 from .kernels import backend
-from .kernels.swap_cpu import swap_refine
+from .kernels.refinement.swap_cpu import swap_refine
 from .mapping import Mapping
 from .options import ENGINES  # noqa: F401  (re-exported)
 from .objective import (check_objective_range, evaluate, is_rank_placement, largest_distance,
@@ -184,7 +184,7 @@ def _count_progress(progress, phase):
 
 def _swap_on_gpu(xadj, adjncy, adjwgt, pe, cap, prefix, dist, *, max_passes: int) -> float:
     """:func:`swap_refine` on the GPU (parallel rounds); ``pe`` is a host array."""
-    from .kernels import swap_gpu
+    from .kernels.refinement import swap_gpu
     on_device = backend.gpu().asarray(pe, np.int32)
     gain = swap_gpu.swap_refine(xadj, adjncy, adjwgt, on_device, cap, prefix, dist,
                                 max_passes=max_passes)
@@ -203,7 +203,7 @@ def _rank_placement(graph, topology, ctx: Context, seed, seconds, progress, devi
     ``seed + 1009 a``, as that pipeline's own engine does, so a candidate equals the one
     the engine would make. On the GPU (``device="gpu"``, large task counts only) the
     multisections run there and the swaps are the parallel rounds of
-    :mod:`procmap.kernels.swap_gpu`.
+    :mod:`procmap.kernels.refinement.swap_gpu`.
     """
     run = ctx.hm_context()
     place = run.placement

@@ -25,7 +25,7 @@ Progress = Callable[[str], None]
 
 def cache_location() -> str:
     """The directory where Numba caches procmap's kernels for this process."""
-    from procmap.kernels import jet_cpu
+    from procmap.kernels.refinement import jet_cpu
 
     try:
         return jet_cpu._jet_loop._cache.cache_path

@@ -6,7 +6,7 @@ import scipy.sparse as sp
 
 from procmap.generators import grid_graph
 from procmap.graph import CommGraph
-from procmap.kernels import coarsen_cpu as cc
+from procmap.kernels.coarsening import coarsen_cpu as cc
 
 
 # ----------------------------------------------------------------- helpers

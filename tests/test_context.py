@@ -74,7 +74,8 @@ def test_every_field_is_documented(cls):
 
 def test_kernel_defaults_match_the_context():
     """The kernels keep defaults for direct calls; the engines pass the context's."""
-    from procmap.kernels import coarsen_cpu, jet_cpu
+    from procmap.kernels.coarsening import coarsen_cpu
+    from procmap.kernels.refinement import jet_cpu
     from procmap.options import AUTO_GPU_MIN_EDGES
     c, r = cx.CoarseningContext(), cx.RefinementContext()
     assert c.hem_max_rounds == coarsen_cpu.HEM_MAX_ROUNDS

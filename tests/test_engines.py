@@ -10,9 +10,9 @@ from procmap.api import map_tasks
 from procmap.engines.hm import adaptive_imbalance
 from procmap.errors import CapacityError, InputError, TopologyError
 from procmap.generators import grid_graph
-from procmap.kernels.limits_cpu import fit_to_limits
-from procmap.kernels.subgraph_cpu import extract_subgraphs
-from procmap.kernels.swap_cpu import swap_refine
+from procmap.kernels.rebalancing.limits_cpu import fit_to_limits
+from procmap.kernels.initial.subgraph_cpu import extract_subgraphs
+from procmap.kernels.refinement.swap_cpu import swap_refine
 from procmap.topology import DistanceMatrix, Hierarchy
 
 

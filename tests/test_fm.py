@@ -1,4 +1,4 @@
-"""k-way FM refinement (kernels/fm_cpu.py), global passes and localized searches: the
+"""k-way FM refinement (kernels/refinement/fm_cpu.py), global passes and localized searches: the
 move queue, and what a refinement guarantees: J never rises, falls by exactly twice the
 reported gain, no block ends above L_max, the same input gives the same result."""
 import functools
@@ -8,7 +8,7 @@ import pytest
 
 from procmap.generators import grid_graph
 from procmap.graph import CommGraph
-from procmap.kernels import fm_cpu
+from procmap.kernels.refinement import fm_cpu
 from procmap.kernels.common_cpu import distance, group_table, table_distance
 from procmap.objective import evaluate
 from procmap.topology import Hierarchy

@@ -1,4 +1,4 @@
-"""Independent-set refinement (G-kway ISR, kernels/isr_cpu.py): exact gains, independence,
+"""Independent-set refinement (G-kway ISR, kernels/refinement/isr_cpu.py): exact gains, independence,
 prefix balance selection, validity, determinism."""
 import inspect
 import math
@@ -9,8 +9,8 @@ import pytest
 
 from procmap.graph import CommGraph
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
-from procmap.kernels import isr_cpu as isr
-from procmap.kernels import jet_cpu as jet
+from procmap.kernels.refinement import isr_cpu as isr
+from procmap.kernels.refinement import jet_cpu as jet
 
 CUT = (np.array([8]), np.array([3.0]))                           # edge cut, k = 8
 TREE = (np.array([4, 32, 192]), np.array([1.0, 10.0, 100.0]))    # 4:8:6 hierarchy, k = 192

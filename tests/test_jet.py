@@ -7,7 +7,7 @@ import pytest
 
 from procmap.graph import CommGraph
 from procmap.generators import grid_graph, random_geometric_graph
-from procmap.kernels import jet_cpu as jet
+from procmap.kernels.refinement import jet_cpu as jet
 from procmap.kernels.common_cpu import group_table, level_index, level_tables, mix64, table_level
 from procmap.objective import evaluate
 from procmap.topology import Hierarchy

@@ -17,7 +17,7 @@ import patterns  # noqa: E402
 
 from procmap import CommGraph, evaluate, map_tasks, preset  # noqa: E402
 from procmap.generators import grid_graph  # noqa: E402
-from procmap.kernels.swap_cpu import swap_refine  # noqa: E402
+from procmap.kernels.refinement.swap_cpu import swap_refine  # noqa: E402
 from procmap.topology import Hierarchy  # noqa: E402
 
 MACHINE_64 = Hierarchy.parse("4:8:2", "1:10:100")  # the benchmark's 4:8:(n/32) at 64 ranks

@@ -49,7 +49,7 @@ def test_eval_of_a_small_file_imports_no_numba_or_scipy_sparse(tmp_path):
 
 
 _FIRST_KERNEL = ("import numpy as np\n"
-                 "from procmap.kernels import objective_cpu\n"
+                 "from procmap.kernels.objective import objective_cpu\n"
                  "objective_cpu.level_traffic(np.array([0, 1, 2]), np.array([1, 0], np.int32), "
                  "np.array([1, 1]), np.array([0, 1], np.int32), np.array([2]))\n")
 

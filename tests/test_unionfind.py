@@ -1,4 +1,4 @@
-"""Union-find (G-kway) coarsening with a weight cap: kernels/unionfind_cpu.py.
+"""Union-find (G-kway) coarsening with a weight cap: kernels/coarsening/unionfind_cpu.py.
 
 Checked against a plain-Python reference (picks by the documented key, the forest
 rooted at mutual pairs, Kundu-Misra splitting with an explicit sort), plus the
@@ -14,8 +14,8 @@ from scipy.sparse.csgraph import connected_components
 
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
 from procmap.graph import CommGraph
-from procmap.kernels import coarsen_cpu as cc
-from procmap.kernels import unionfind_cpu as uf
+from procmap.kernels.coarsening import coarsen_cpu as cc
+from procmap.kernels.coarsening import unionfind_cpu as uf
 
 M64 = (1 << 64) - 1
 

@@ -5,7 +5,7 @@ import numpy as np
 
 from procmap.kernels import backend
 from procmap.kernels.backend import to_host
-from procmap.kernels.limits_cpu import fit_to_limits
+from procmap.kernels.rebalancing.limits_cpu import fit_to_limits
 
 from .context import Context
 from .multilevel import kway_partition
@@ -18,7 +18,7 @@ def jet_splitter(ctx: Context):
     localized FM from ``ctx.schedule`` and ``ctx.local_fm`` (see
     :func:`~procmap.engines.multilevel.kway_partition`). Blocks with equal targets share
     one limit, which Jet's rebalancers enforce; unequal limits (irregular capacities)
-    are then met exactly by :func:`~procmap.kernels.limits_cpu.fit_to_limits`.
+    are then met exactly by :func:`~procmap.kernels.rebalancing.limits_cpu.fit_to_limits`.
     """
 
     def split(xadj, adjncy, adjwgt, vwgt, targets, limits, eps, seed, depth=0):

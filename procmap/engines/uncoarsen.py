@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from procmap.kernels import backend
-from procmap.kernels.fm_cpu import fm_refine, local_fm_refine
+from procmap.kernels.refinement.fm_cpu import fm_refine, local_fm_refine
 
 if TYPE_CHECKING:
     from .context import Context

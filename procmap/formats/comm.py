@@ -91,8 +91,8 @@ def _tasks_directive(data: bytes, path) -> tuple[int | None, int | None]:
 def _entry_problem(entry: np.ndarray, problem: int, tasks: int | None,
                    tasks_line: int | None) -> str:
     """The error message for a bad ``src dst volume`` entry found by
-    :func:`procmap.kernels.comm_cpu.split_entries`."""
-    from procmap.kernels.comm_cpu import BAD_SRC, BAD_VOLUME
+    :func:`procmap.kernels.io.comm_cpu.split_entries`."""
+    from procmap.kernels.io.comm_cpu import BAD_SRC, BAD_VOLUME
 
     if problem == BAD_VOLUME:
         return f"volume {show_number(entry[2])} must be a finite number >= 0"
@@ -159,7 +159,7 @@ def _read_small(data: bytes, tasks: int | None, path) -> CommGraph | None:
 
 
 def _read_direct(data: bytes, tasks: int | None, path) -> CommGraph | None:
-    """The fast path of :func:`read_comm` (:mod:`procmap.kernels.comm_cpu`): a parallel
+    """The fast path of :func:`read_comm` (:mod:`procmap.kernels.io.comm_cpu`): a parallel
     parse of line-aligned chunks into ``src``/``dst`` (int32) and volumes (int64),
     then the symmetric CSR built directly (degree count of both directions, prefix
     sum, fill, per-row sort and merge of duplicates).
@@ -171,7 +171,7 @@ def _read_direct(data: bytes, tasks: int | None, path) -> CommGraph | None:
     """
     import numba as nb
 
-    from procmap.kernels import comm_cpu as kc
+    from procmap.kernels.io import comm_cpu as kc
 
     buf = np.frombuffer(data, dtype=np.uint8)
     comment = ord("#")
@@ -217,7 +217,7 @@ def _read_general(data: bytes, tasks: int | None, tasks_line: int | None, path) 
     entry and build with :meth:`CommGraph.from_edges`. Accepts every spelling the
     format allows (float volumes, exponents, 19-digit integers) and names the line
     of any error."""
-    from procmap.kernels.comm_cpu import split_entries
+    from procmap.kernels.io.comm_cpu import split_entries
 
     from .tokenizer import tokenize
 
@@ -307,7 +307,7 @@ def format_int_lines(values: np.ndarray, line_start: np.ndarray, sep: str = " ")
     line for an empty range). Used by the text writers instead of ``np.savetxt``,
     which is an order of magnitude slower.
     """
-    from procmap.kernels.format_cpu import format_int_lines as fill
+    from procmap.kernels.io.format_cpu import format_int_lines as fill
 
     values = np.ascontiguousarray(values, dtype=np.int64)
     line_start = np.ascontiguousarray(line_start, dtype=np.int64)

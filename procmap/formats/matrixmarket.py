@@ -23,7 +23,7 @@ round trip returns the same graph (vertex weights are not stored).
 The parser is procmap's own rather than scipy/fast_matrix_market: it is strict
 (token counts per line, integer fields, entry counts), names the line of every
 problem, and needs no extra dependency. Plain ``coordinate`` files are parsed in
-parallel straight into the CSR arrays (:mod:`procmap.kernels.comm_cpu`, the passes
+parallel straight into the CSR arrays (:mod:`procmap.kernels.io.comm_cpu`, the passes
 of the ``.comm`` reader); everything else, and every error, goes through the
 tokenizer.
 """
@@ -96,7 +96,7 @@ def read_mtx(path: str | os.PathLike) -> CommGraph:
 def _read_direct(data: bytes | list, field: str, path,
                  nchunks: int | None = None) -> CommGraph | None:
     """The fast path of :func:`read_mtx` for ``coordinate`` files
-    (:mod:`procmap.kernels.comm_cpu`): a parallel parse of line-aligned chunks into
+    (:mod:`procmap.kernels.io.comm_cpu`): a parallel parse of line-aligned chunks into
     ``src``/``dst`` (int32) and volumes (int64), then the symmetric CSR built
     directly (degrees of both directions, fill, per-row sort and merge), as for
     ``.comm``. ``general`` and ``symmetric`` files are the same sum ``C + C^T`` of
@@ -116,8 +116,8 @@ def _read_direct(data: bytes | list, field: str, path,
     """
     import numba as nb
 
-    from procmap.kernels import comm_cpu as kc
-    from procmap.kernels.text_cpu import first_line, next_int
+    from procmap.kernels.io import comm_cpu as kc
+    from procmap.kernels.io.text_cpu import first_line, next_int
 
     holder = data if isinstance(data, list) else None
     buf = np.frombuffer(data[0] if holder is not None else data, dtype=np.uint8)

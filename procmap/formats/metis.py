@@ -107,7 +107,7 @@ def _read_direct(data: bytes, path, nchunks: int | None = None) -> CommGraph | N
     """The fast path of :func:`read_metis`: build the CSR arrays in two parallel
     passes over line-aligned chunks of the bytes (count lines and tokens, then parse
     into ``adjncy``/``adjwgt``/``vwgt``/``xadj``), verify them with
-    :mod:`procmap.kernels.validate_cpu` and wrap them as they are.
+    :mod:`procmap.kernels.io.validate_cpu` and wrap them as they are.
 
     Returns ``None`` whenever the file is not a valid graph in the plain spelling
     (the caller then re-reads it with the general path, which raises the error or
@@ -117,10 +117,10 @@ def _read_direct(data: bytes, path, nchunks: int | None = None) -> CommGraph | N
     """
     import numba as nb
 
-    from procmap.kernels import metis_cpu as km
-    from procmap.kernels import validate_cpu as kv
-    from procmap.kernels.comm_cpu import chunk_starts
-    from procmap.kernels.text_cpu import first_line, next_int
+    from procmap.kernels.io import metis_cpu as km
+    from procmap.kernels.io import validate_cpu as kv
+    from procmap.kernels.io.comm_cpu import chunk_starts
+    from procmap.kernels.io.text_cpu import first_line, next_int
 
     buf = np.frombuffer(data, dtype=np.uint8)
     comment = ord("%")

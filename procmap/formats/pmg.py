@@ -31,7 +31,7 @@ checked (magic, version, dtype code, flags, reserved bytes, ``1 <= n <= MAX_TASK
 and the file size must equal the size the header implies exactly. Then the file
 is read once, in pieces by several threads, each piece checksummed by the thread
 that read it (:class:`PendingRead`; the pieces' CRCs are joined with
-:func:`crc32_combine`), and :mod:`procmap.kernels.validate_cpu` checks ``xadj``
+:func:`crc32_combine`), and :mod:`procmap.kernels.io.validate_cpu` checks ``xadj``
 (``xadj[0] == 0``, monotone, ``xadj[n] == nnz``), every row (ids in ``0..n-1``,
 no self loop, strictly increasing, weights finite and ``> 0``) and symmetry
 (every ``(u, v, w)`` has a reverse ``(v, u, w)``), and numpy checks ``vwgt >= 0``,
@@ -363,7 +363,7 @@ def _from_buffer(buffer: np.ndarray, n: int, nnz: int, wdtype: np.dtype, checksu
                  crc: int, path) -> CommGraph:
     """Validate and wrap the arrays of a whole ``.pmg`` file in ``buffer``, whose
     checksum (header and body, as stored) is ``crc``."""
-    from procmap.kernels import validate_cpu as kv
+    from procmap.kernels.io import validate_cpu as kv
 
     # A wrong checksum takes precedence over the structural problems it may cause.
     if crc != checksum:
@@ -426,7 +426,7 @@ def _from_buffer(buffer: np.ndarray, n: int, nnz: int, wdtype: np.dtype, checksu
 
 def _violation(entry: int, code: int, xadj, adjncy, adjwgt) -> str:
     """The one-line description of the violation at CSR ``entry``."""
-    from procmap.kernels import validate_cpu as kv
+    from procmap.kernels.io import validate_cpu as kv
 
     u = int(np.searchsorted(xadj, entry, side="right") - 1)
     v = int(adjncy[entry])

@@ -1,4 +1,4 @@
-"""GPU coarsening (kernels/coarsen_gpu.py) against its CPU twin (kernels/coarsen_cpu.py).
+"""GPU coarsening (kernels/coarsening/coarsen_gpu.py) against its CPU twin (kernels/coarsening/coarsen_cpu.py).
 
 Promises tested: HEM and two-hop matching are bit-identical to the CPU for int and
 float weights, vertex weights and caps; coarse ids are identical; contraction is
@@ -10,7 +10,7 @@ import pytest
 
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
 from procmap.graph import CommGraph
-from procmap.kernels import coarsen_cpu as cc
+from procmap.kernels.coarsening import coarsen_cpu as cc
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -103,7 +103,7 @@ def assert_same(gpu_arr, cpu_arr):
 # ---------------------------------------------------------------- matching
 @pytest.mark.parametrize("seed", [0, 12345])
 def test_hem_bit_identical(graph, seed):
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     for cap in caps(graph):
         want = cc.heavy_edge_matching(*host(graph), cap, seed)
         got = cg.heavy_edge_matching(*dev(graph), cap, seed)
@@ -113,7 +113,7 @@ def test_hem_bit_identical(graph, seed):
 
 @pytest.mark.parametrize("rounds", [0, 1, 2, 30])
 def test_hem_rounds(rounds):
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     g = random_graph(1500, 5000, 8, max_vw=3)
     want = cc.heavy_edge_matching(*host(g), 5, 3, rounds)
     assert_same(cg.heavy_edge_matching(*dev(g), 5, 3, rounds), want)
@@ -122,7 +122,7 @@ def test_hem_rounds(rounds):
 @pytest.mark.parametrize("threshold", [cc.UNMATCHED_THRESHOLD, 0.0])
 def test_two_hop_bit_identical(graph, threshold):
     # threshold 0 runs every stage (leaf, twin, relative) on every graph
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     for cap in caps(graph):
         for seed in (0, 7):
             want = cc.two_hop_matching(*host(graph), cap, seed, threshold=threshold)
@@ -132,7 +132,7 @@ def test_two_hop_bit_identical(graph, threshold):
 
 def test_two_hop_stages_have_work():
     """The equality tests above are only meaningful if the stages pair something."""
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     for g in (star_and_twins(), hub_graph(2500, 30, 3, 5)):
         hem = cp.asnumpy(cg.heavy_edge_matching(*dev(g)))
         two = cp.asnumpy(cg.two_hop_matching(*dev(g)))
@@ -143,7 +143,7 @@ def test_two_hop_stages_have_work():
 
 
 def test_two_hop_host_inputs_and_determinism():
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     g = hub_graph(1200, 20, 2, 9)
     a = cg.two_hop_matching(*host(g), 4, 1)  # NumPy in, CuPy out
     b = cg.two_hop_matching(*dev(g), 4, 1)
@@ -153,7 +153,7 @@ def test_two_hop_host_inputs_and_determinism():
 
 # -------------------------------------------------------------- coarse ids
 def test_coarse_ids_identical(graph):
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     match = cc.two_hop_matching(*host(graph), None, 3)
     want, nc_want = cc.coarse_ids(match)
     got, nc = cg.coarse_ids(cp.asarray(match))
@@ -162,7 +162,7 @@ def test_coarse_ids_identical(graph):
 
 
 def test_coarse_ids_rejects_non_matching():
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     for bad in ([1, 2, 0], [0, 5, 2], [-1, 1]):
         with pytest.raises(ValueError):
             cg.coarse_ids(cp.asarray(np.array(bad, dtype=np.int32)))
@@ -186,7 +186,7 @@ def assert_contraction(got, want, float_weights):
 
 def assert_matching_contraction(graph):
     """Contract ``graph`` along its two-hop matching on both backends; compare."""
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     match = cc.two_hop_matching(*host(graph), None, 0)
     cmap, nc = cc.coarse_ids(match)
     want = cc.contract(*host(graph), cmap, nc)
@@ -200,7 +200,7 @@ def test_contract_matching(graph):
 
 @pytest.mark.parametrize("clusters", [1, 7, 300])
 def test_contract_random_clusters(graph, clusters):
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     rng = np.random.default_rng(clusters)
     nc = clusters + 2  # two coarse vertices without members
     cmap = rng.integers(0, clusters, graph.n).astype(np.int32)
@@ -213,7 +213,7 @@ def test_contract_random_clusters(graph, clusters):
 def test_contract_large_regions_sorted_instead(graph, small, monkeypatch):
     """Regions over SMALL_REGION slots hashed in global memory take the sorting path:
     forced here on every (0) or many regions, the result must not change."""
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     monkeypatch.setattr(cg, "SMALL_REGION", small)
     monkeypatch.setattr(cg, "SHARED_REGION", 0)
     assert_matching_contraction(graph)
@@ -223,7 +223,7 @@ def test_contract_large_regions_sorted_instead(graph, small, monkeypatch):
 def test_contract_global_tables(graph, limit, monkeypatch):
     """Regions over the shared-memory limit are hashed in global memory and ranked:
     forced on every region (0) or on most (12), the result must not change."""
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     monkeypatch.setattr(cg, "SHARED_REGION", limit)
     assert_matching_contraction(graph)
 
@@ -232,7 +232,7 @@ def test_contract_global_tables(graph, limit, monkeypatch):
 def test_contract_every_row_group(graph, lanes, monkeypatch):
     """The row and emit kernels with 4, 8, 16 and 32 lanes per coarse row (the host picks
     them by the average region size) give the same contraction."""
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     monkeypatch.setattr(cg, "_row_lanes", lambda m2, nc, per_lane: lanes)
     assert_matching_contraction(graph)
 
@@ -240,7 +240,7 @@ def test_contract_every_row_group(graph, lanes, monkeypatch):
 def test_contract_hub_region():
     """A hub of degree 6000 (region over SMALL_REGION) among small regions: both
     compaction paths in one call."""
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     rng = np.random.default_rng(3)
     n = 9000
     src = np.concatenate([np.zeros(6000, dtype=np.int64), rng.integers(1, n, 20000)])
@@ -256,7 +256,7 @@ def test_contract_hub_region():
 def test_contract_structure():
     """Invariants, independent of the CPU twin: symmetric, no self loops, sorted rows,
     total weight conserved minus the internal edges."""
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     g = random_graph(3000, 12000, 11)
     cmap = np.random.default_rng(0).integers(0, 500, g.n).astype(np.int32)
     cxadj, cadjncy, cadjwgt, cvwgt = (cp.asnumpy(a) for a in cg.contract(*dev(g), cp.asarray(cmap), 500))
@@ -273,7 +273,7 @@ def test_contract_structure():
 
 # -------------------------------------------------------------- one level
 def test_coarsen_once_identical(graph):
-    from procmap.kernels import coarsen_gpu as cg
+    from procmap.kernels.coarsening import coarsen_gpu as cg
     cap = caps(graph)[1]
     want = cc.coarsen_once(*host(graph), cap, 5)
     got = cg.coarsen_once(*dev(graph), cap, 5)

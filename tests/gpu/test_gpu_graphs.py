@@ -6,7 +6,7 @@ import pytest
 
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
 from procmap.graph import CommGraph
-from procmap.kernels import jet_cpu
+from procmap.kernels.refinement import jet_cpu
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -58,7 +58,7 @@ def starts(n, k):
 @pytest.mark.parametrize("hier", ["cut", "dist"])
 @pytest.mark.parametrize("start", ["balanced", "skewed"])
 def test_every_loop_mode_gives_the_same_result(name, hier, start):
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = GRAPHS[name]()
     prefix, dist = HIER if hier == "dist" else CUT
     k = int(prefix[-1])
@@ -82,7 +82,7 @@ def test_every_loop_mode_gives_the_same_result(name, hier, start):
 def test_graph_loop_is_bit_identical_to_the_cpu_loop_when_lp_only(hier):
     """Integer weights and no overload possible: the device-side decisions must be the
     CPU loop's, iteration for iteration."""
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = GRAPHS["rgg"]()
     prefix, dist = HIER if hier == "dist" else CUT
     k = int(prefix[-1])

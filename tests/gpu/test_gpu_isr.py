@@ -1,4 +1,4 @@
-"""GPU independent-set refinement (kernels/isr_gpu.py) against the CPU twin (kernels/isr_cpu.py)."""
+"""GPU independent-set refinement (kernels/refinement/isr_gpu.py) against the CPU twin (kernels/refinement/isr_cpu.py)."""
 import functools
 import math
 
@@ -7,7 +7,7 @@ import pytest
 
 from procmap.graph import CommGraph
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
-from procmap.kernels import isr_cpu, jet_cpu
+from procmap.kernels.refinement import isr_cpu, jet_cpu
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -80,7 +80,7 @@ def bits(a):
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_candidates_are_bit_identical(name, mode):
     """Destinations, the very same float gains, and the independent set."""
-    from procmap.kernels import isr_gpu
+    from procmap.kernels.refinement import isr_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -105,7 +105,7 @@ def test_candidates_are_bit_identical(name, mode):
 def test_consecutive_steps_are_bit_identical(name, mode):
     """Four steps, each from the previous step's result: the same moves, targets and
     gains in the same order."""
-    from procmap.kernels import isr_gpu
+    from procmap.kernels.refinement import isr_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -131,7 +131,7 @@ def test_consecutive_steps_are_bit_identical(name, mode):
 def test_selection_from_overloaded_start_matches_cpu(mode):
     """Blocks above lmax before the first move (with and without moves of their own)
     make the prefixes before their repair infeasible, on both devices."""
-    from procmap.kernels import isr_gpu
+    from procmap.kernels.refinement import isr_gpu
     g = graph("delaunay")
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -147,7 +147,7 @@ def test_selection_from_overloaded_start_matches_cpu(mode):
 def test_prefix_selection_on_synthetic_moves():
     """The event-based selection (sorts, prefix sums, difference array) against the CPU's
     sequential scan on random move lists, non-monotone feasibility included."""
-    from procmap.kernels import isr_gpu
+    from procmap.kernels.refinement import isr_gpu
     rng = np.random.default_rng(0)
     seen = set()
     for trial in range(15):
@@ -185,7 +185,7 @@ def test_prefix_selection_on_synthetic_moves():
 @pytest.mark.parametrize("name", INT_GRAPHS)
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_refine_from_balanced_start_is_bit_identical(name, mode):
-    from procmap.kernels import isr_gpu
+    from procmap.kernels.refinement import isr_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -204,7 +204,7 @@ def test_refine_from_balanced_start_is_bit_identical(name, mode):
 
 def test_isr_refine_matches_cpu_to_convergence():
     """phi = 1: hundreds of steps until no candidate is left, still bit-identical."""
-    from procmap.kernels import isr_gpu
+    from procmap.kernels.refinement import isr_gpu
     g = graph("rgg")
     prefix, dist = MODES["tree"]
     part, lmax = start_and_limit(g, 192, "random")
@@ -227,7 +227,7 @@ def skewed(g, k):
 def test_refine_validity(name, mode, kind):
     """Balanced whenever the CPU balances, the reported cost is the partition's, never
     worse than a balanced start, and bit-identical when no strong step ran."""
-    from procmap.kernels import isr_gpu
+    from procmap.kernels.refinement import isr_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -259,7 +259,7 @@ def test_refine_validity(name, mode, kind):
 def test_iteration_cap_matches_cpu(mode, monkeypatch):
     """HARD_CAP ends the loop on the device (loop_control's max_rounds) after the very
     iteration where the CPU loop stops."""
-    from procmap.kernels import isr_gpu
+    from procmap.kernels.refinement import isr_gpu
     g = graph("rgg")
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -276,7 +276,7 @@ def test_iteration_cap_matches_cpu(mode, monkeypatch):
 
 
 def test_refine_is_deterministic_and_leaves_input():
-    from procmap.kernels import isr_gpu
+    from procmap.kernels.refinement import isr_gpu
     g = graph("rand_float")
     prefix, dist = MODES["tree"]
     part = cp.asarray(skewed(g, 192))
@@ -290,7 +290,7 @@ def test_refine_is_deterministic_and_leaves_input():
 
 
 def test_trivial_cases():
-    from procmap.kernels import isr_gpu
+    from procmap.kernels.refinement import isr_gpu
     g = grid_graph((6, 5))
     xadj, adjncy, adjwgt, vwgt = dev(g)
     part = cp.zeros(g.n, cp.int32)

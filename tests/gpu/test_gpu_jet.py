@@ -1,4 +1,4 @@
-"""GPU Jet label propagation and refinement loop against the CPU twin (kernels/jet_cpu.py)."""
+"""GPU Jet label propagation and refinement loop against the CPU twin (kernels/refinement/jet_cpu.py)."""
 import functools
 import math
 
@@ -7,7 +7,7 @@ import pytest
 
 from procmap.graph import CommGraph
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
-from procmap.kernels import jet_cpu
+from procmap.kernels.refinement import jet_cpu
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -79,7 +79,7 @@ def lmax_of(g, k, eps=0.03):
 def test_lp_proposals_are_bit_identical(name, mode, kind):
     """First filter: the same destination and the very same float gain per vertex
     with a destination (a gain without one is never read, and the GPU leaves it as is)."""
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -109,7 +109,7 @@ def test_lp_proposals_are_bit_identical(name, mode, kind):
 @pytest.mark.parametrize("kind", ["ranges", "random"])
 @pytest.mark.parametrize("locks", [False, True])
 def test_jet_lp_matches_cpu(name, mode, kind, locks):
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -129,7 +129,7 @@ def test_jet_lp_matches_cpu(name, mode, kind, locks):
 
 @pytest.mark.parametrize("ratio", [0.0, 0.25, 1.0])
 def test_jet_lp_cut_filter_ratio_matches_cpu(ratio):
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = weighted_graph(1200, 9000, 8, False)
     prefix, dist = np.array([6]), np.array([3.0])
     part = random_balanced(g.n, 6, 9)
@@ -145,7 +145,7 @@ def test_jet_lp_cut_filter_ratio_matches_cpu(ratio):
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_cost_and_block_weights_match_cpu(name, mode):
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -164,7 +164,7 @@ def test_cost_and_block_weights_match_cpu(name, mode):
 
 
 def test_reexports_come_from_the_cpu_module():
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     assert jet_gpu.filter_schedule is jet_cpu.filter_schedule
     assert jet_gpu.ULTRA_FILTER_RATIOS is jet_cpu.ULTRA_FILTER_RATIOS
     assert (jet_gpu.NUM_BUCKETS, jet_gpu.MID_BUCKET) == (jet_cpu.NUM_BUCKETS, jet_cpu.MID_BUCKET)
@@ -176,7 +176,7 @@ def test_reexports_come_from_the_cpu_module():
 def test_lp_only_refinement_is_bit_identical(name, mode):
     """No block can overload (lmax = total weight): only LP rounds run, and with
     integer weights the GPU loop must reproduce the CPU loop exactly."""
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -201,7 +201,7 @@ def skewed(n, k):
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("kind", ["random", "skewed"])
 def test_jet_refine_balance_and_cost_match_cpu(name, mode, kind):
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -233,7 +233,7 @@ def test_jet_refine_balance_and_cost_match_cpu(name, mode, kind):
 
 
 def test_jet_refine_is_deterministic():
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = graph("rand_float")
     prefix, dist = MODES["dist"]
     part = cp.asarray(skewed(g.n, 192))
@@ -245,7 +245,7 @@ def test_jet_refine_is_deterministic():
 
 
 def test_jet_refine_trivial_cases():
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = grid_graph((6, 5))
     xadj, adjncy, adjwgt, vwgt = dev(g)
     part = cp.zeros(g.n, cp.int32)
@@ -264,7 +264,7 @@ def test_jet_refine_trivial_cases():
 def test_jet_refine_equals_cpu_when_no_strong_step(name, mode, kind):
     """LP rounds and weak rebalancing are bit-identical to the CPU, in the device loop
     too: with strong rebalancing ruled out, the whole loop is (integer weights)."""
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
@@ -278,7 +278,7 @@ def test_jet_refine_equals_cpu_when_no_strong_step(name, mode, kind):
 
 
 def test_ultra_refine_matches_cpu_when_lp_only():
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = graph("delaunay")
     prefix, dist = MODES["cut"]
     part = random_balanced(g.n, 8, 8)
@@ -297,7 +297,7 @@ def test_ultra_refine_matches_cpu_when_lp_only():
 def test_ultra_refine_passes_equal_separate_jet_refines(name, mode):
     """The passes of ultra_refine share one device state and loop graph; each must
     behave as a fresh jet_refine from the previous result, rebalancing included."""
-    from procmap.kernels import jet_gpu
+    from procmap.kernels.refinement import jet_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
     k = int(prefix[-1])

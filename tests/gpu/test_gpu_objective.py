@@ -1,4 +1,4 @@
-"""GPU objective kernels against their CPU twins (kernels/objective_cpu.py)."""
+"""GPU objective kernels against their CPU twins (kernels/objective/objective_cpu.py)."""
 import functools
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 from procmap.graph import CommGraph
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
-from procmap.kernels import objective_cpu
+from procmap.kernels.objective import objective_cpu
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -57,7 +57,7 @@ def dev(g):
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 @pytest.mark.parametrize("mode", sorted(PREFIXES))
 def test_level_traffic_matches_cpu(name, mode):
-    from procmap.kernels import objective_gpu
+    from procmap.kernels.objective import objective_gpu
     g = graph(name)
     prefix = PREFIXES[mode]
     pe = random_pe(g.n, int(prefix[-1]), 7)
@@ -75,7 +75,7 @@ def test_level_traffic_matches_cpu(name, mode):
 
 
 def test_level_traffic_of_a_block_partition_has_local_traffic():
-    from procmap.kernels import objective_gpu
+    from procmap.kernels.objective import objective_gpu
     g = grid_graph((64, 64))
     prefix = np.array([4, 16])
     pe = (np.arange(g.n) * 16 // g.n).astype(np.int32)
@@ -86,7 +86,7 @@ def test_level_traffic_of_a_block_partition_has_local_traffic():
 
 
 def test_level_traffic_empty_graph():
-    from procmap.kernels import objective_gpu
+    from procmap.kernels.objective import objective_gpu
     xadj = cp.zeros(1, dtype=cp.int64)
     got = objective_gpu.level_traffic(xadj, cp.zeros(0, cp.int32), cp.zeros(0, cp.int64),
                                       cp.zeros(0, cp.int32), np.array([2, 4]))
@@ -95,7 +95,7 @@ def test_level_traffic_empty_graph():
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 def test_pe_loads_match_cpu(name):
-    from procmap.kernels import objective_gpu
+    from procmap.kernels.objective import objective_gpu
     g = graph(name)
     k = 37
     pe = random_pe(g.n, k, 11)
@@ -109,7 +109,7 @@ def test_pe_loads_match_cpu(name):
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 def test_matrix_cost_matches_cpu(name):
-    from procmap.kernels import objective_gpu
+    from procmap.kernels.objective import objective_gpu
     g = graph(name)
     k = 24
     rng = np.random.default_rng(13)

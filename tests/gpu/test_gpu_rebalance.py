@@ -1,5 +1,5 @@
-"""GPU twins of Jet's weak and strong rebalancing (kernels/rebalance_gpu.py) against
-the CPU functions of kernels/jet_cpu.py: bit-identical proposals, buckets and weak
+"""GPU twins of Jet's weak and strong rebalancing (kernels/rebalancing/rebalance_gpu.py) against
+the CPU functions of kernels/refinement/jet_cpu.py: bit-identical proposals, buckets and weak
 moves; valid, progress-making strong moves that never overfill a destination."""
 import functools
 import math
@@ -9,13 +9,13 @@ import pytest
 
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
 from procmap.graph import CommGraph
-from procmap.kernels import jet_cpu as jet
+from procmap.kernels.refinement import jet_cpu as jet
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
 
 from procmap.kernels import gpu_common as gc  # noqa: E402  (needs CuPy)
-from procmap.kernels import rebalance_gpu as rg  # noqa: E402
+from procmap.kernels.rebalancing import rebalance_gpu as rg  # noqa: E402
 
 
 # ------------------------------------------------------------------ inputs

@@ -1,11 +1,11 @@
-"""GPU subgraph extraction (kernels/subgraph_gpu.py) against its CPU twin
-(kernels/subgraph_cpu.py): the same blocks and members, value for value."""
+"""GPU subgraph extraction (kernels/initial/subgraph_gpu.py) against its CPU twin
+(kernels/initial/subgraph_cpu.py): the same blocks and members, value for value."""
 import numpy as np
 import pytest
 
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
 from procmap.graph import CommGraph
-from procmap.kernels import subgraph_cpu as sc
+from procmap.kernels.initial import subgraph_cpu as sc
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -49,7 +49,7 @@ def assert_same(gpu_arr, cpu_arr):
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 def test_extract_subgraphs_identical(name):
-    from procmap.kernels import subgraph_gpu as sg
+    from procmap.kernels.initial import subgraph_gpu as sg
     g = GRAPHS[name]()
     arrays = (g.xadj, g.adjncy, g.adjwgt, g.vwgt)
     for part, k in partitions(g, 0):
@@ -69,7 +69,7 @@ def test_extract_subgraphs_identical(name):
 def test_extract_subgraphs_invariants():
     """Independent of the CPU twin: every kept edge lies inside its block, and the
     blocks hold exactly the edges of the graph that do not cross blocks."""
-    from procmap.kernels import subgraph_gpu as sg
+    from procmap.kernels.initial import subgraph_gpu as sg
     g = random_graph(2000, 8000, 7)
     part = np.random.default_rng(1).integers(0, 4, g.n)
     blocks, members = sg.extract_subgraphs(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, 4)
@@ -97,8 +97,8 @@ def test_extract_subgraphs_invariants():
 def test_internal_edges_identical(name):
     """The V-cycles' edge filter: the CSR without the edges between blocks, equal to
     the CPU twin value for value (dtypes included)."""
-    from procmap.kernels import coarsen_cpu as cc
-    from procmap.kernels import subgraph_gpu as sg
+    from procmap.kernels.coarsening import coarsen_cpu as cc
+    from procmap.kernels.initial import subgraph_gpu as sg
     g = GRAPHS[name]()
     for part, _ in partitions(g, 1):
         part = part.astype(np.int32)

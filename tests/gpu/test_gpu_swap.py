@@ -1,4 +1,4 @@
-"""GPU swap refinement (kernels/swap_gpu.py) against the CPU twin (kernels/swap_cpu.py)
+"""GPU swap refinement (kernels/refinement/swap_gpu.py) against the CPU twin (kernels/refinement/swap_cpu.py)
 and against a pure-Python model of its parallel rounds."""
 import functools
 import struct
@@ -8,7 +8,7 @@ import pytest
 
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
 from procmap.graph import CommGraph
-from procmap.kernels import jet_cpu, swap_cpu
+from procmap.kernels.refinement import jet_cpu, swap_cpu
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -89,7 +89,7 @@ def J(g, pe, prefix):
 
 
 def gpu_refine(g, start, cap, prefix, **kw):
-    from procmap.kernels import swap_gpu
+    from procmap.kernels.refinement import swap_gpu
 
     pe = cp.asarray(start.copy())
     gain = swap_gpu.swap_refine(cp.asarray(g.xadj), cp.asarray(g.adjncy), cp.asarray(g.adjwgt),
@@ -163,7 +163,7 @@ def test_large_stencil_parallel_rounds():
 
 # ------------------------------------------------------------------ inputs
 def test_non_int32_pe_is_written_back_and_numpy_inputs_work():
-    from procmap.kernels import swap_gpu
+    from procmap.kernels.refinement import swap_gpu
 
     g, cap, prefix, start = case("stencil192_perm")
     expected, gain = gpu_refine(g, start, cap, prefix)
@@ -173,7 +173,7 @@ def test_non_int32_pe_is_written_back_and_numpy_inputs_work():
 
 
 def test_rejects_overfull_pe_and_handles_trivial_graphs():
-    from procmap.kernels import swap_gpu
+    from procmap.kernels.refinement import swap_gpu
 
     g, cap, prefix, _ = case("stencil192_perm")
     pe = cp.zeros(g.n, dtype=cp.int32)
@@ -322,7 +322,7 @@ class Reference:
 def test_rounds_match_python_model_exactly(name, max_passes):
     """Same placement and the very same float gain as the model of the selection rule
     (local maximum of (gain, hash) keys, free-slot limit, passes)."""
-    from procmap.kernels import swap_gpu
+    from procmap.kernels.refinement import swap_gpu
 
     g, cap, prefix, start = case(name)
     ref_pe, ref_gain = Reference(g, cap, prefix).refine(
@@ -332,7 +332,7 @@ def test_rounds_match_python_model_exactly(name, max_passes):
 
 
 def test_python_model_on_irregular_capacities_with_float_weights():
-    from procmap.kernels import swap_gpu
+    from procmap.kernels.refinement import swap_gpu
 
     g = random_graph(150, 500, 11, True)
     cap = np.random.default_rng(11).integers(0, 4, 192).astype(np.int64)

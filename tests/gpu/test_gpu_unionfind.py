@@ -1,5 +1,5 @@
-"""GPU union-find coarsening (kernels/unionfind_gpu.py) against its CPU twin
-(kernels/unionfind_cpu.py).
+"""GPU union-find coarsening (kernels/coarsening/unionfind_gpu.py) against its CPU twin
+(kernels/coarsening/unionfind_cpu.py).
 
 Promise tested: ``cluster_ids`` is bit-identical to the CPU for int and float edge
 weights, non-unit (and zero) vertex weights, with and without caps, also when the
@@ -11,7 +11,7 @@ import pytest
 
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
 from procmap.graph import CommGraph
-from procmap.kernels import unionfind_cpu as ufc
+from procmap.kernels.coarsening import unionfind_cpu as ufc
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -82,7 +82,7 @@ def device_arrays(g):
 
 
 def gpu_module():
-    from procmap.kernels import unionfind_gpu
+    from procmap.kernels.coarsening import unionfind_gpu
     return unionfind_gpu
 
 
@@ -150,7 +150,7 @@ def test_empty_and_isolated():
 
 
 def test_feeds_gpu_contraction():
-    from procmap.kernels import coarsen_gpu
+    from procmap.kernels.coarsening import coarsen_gpu
     g = with_vwgt(delaunay_graph(2000, seed=4), 4, 3, 1)
     cmap, nc = gpu_module().cluster_ids(*device_arrays(g), 8, 0)
     cxadj, cadjncy, cadjwgt, cvwgt = coarsen_gpu.contract(*device_arrays(g), cmap, nc)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .common_cpu import distance as _dist
+from ..common_cpu import distance as _dist
 
 
 @nb.njit(cache=True, nogil=True)

@@ -1,6 +1,6 @@
 // Jet refinement kernels: the CUDA twins of the label propagation and move
-// application kernels of kernels/jet_cpu.py (_lp_propose, _lp_afterburn,
-// _move_delta, _commit). See kernels/jet_gpu.py for what is bit-identical.
+// application kernels of kernels/refinement/jet_cpu.py (_lp_propose, _lp_afterburn,
+// _move_delta, _commit). See kernels/refinement/jet_gpu.py for what is bit-identical.
 //
 // Float arithmetic that feeds a decision uses __dadd_rn / __dmul_rn / __dsub_rn:
 // NVRTC contracts a * b + c into a fused multiply-add by default, the CPU never

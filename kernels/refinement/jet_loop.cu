@@ -1,4 +1,4 @@
-// Device-side control of the GPU refinement loop (kernels/jet_gpu.py, _Refiner): the
+// Device-side control of the GPU refinement loop (kernels/refinement/jet_gpu.py, _Refiner): the
 // bookkeeping the CPU loops do in Python after each iteration -- sum the traffic change,
 // the max block weight, the cost, keep the best partition, count iterations without
 // improvement, decide whether the next iteration is another round the device runs --

@@ -68,10 +68,10 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from .common_cpu import (clear_connectivity, connectivity_gain, group_table, level_tables,
+from ..common_cpu import (clear_connectivity, connectivity_gain, group_table, level_tables,
                          on_boundary, scatter_connectivity, table_distance, table_level)
-from .common_cpu import mix64 as _mix64
-from .objective_cpu import level_traffic, pe_loads
+from ..common_cpu import mix64 as _mix64
+from ..objective.objective_cpu import level_traffic, pe_loads
 
 # ------------------------------------------------------------------ constants
 #: Rebalancing sorts candidate moves approximately into this many gain buckets
@@ -165,7 +165,7 @@ def _judge(cost, maxw, best_cost, best_maxw, lmax, phi) -> tuple[bool, bool]:
     wins, among unbalanced ones the lower max block weight, then the lower cost.
     ``progress`` (the patience counter restarts) needs a cost below ``phi * best`` or
     a lower max block weight while no balanced partition is known. The GPU loop's
-    ``loop_control`` (cuda/jet_loop.cu) applies the same rule on the device.
+    ``loop_control`` (refinement/jet_loop.cu) applies the same rule on the device.
     """
     best_ok = best_maxw <= lmax
     if maxw <= lmax:

@@ -1,7 +1,7 @@
-"""Coarsening on the GPU: the CUDA twin of :mod:`procmap.kernels.coarsen_cpu`.
+"""Coarsening on the GPU: the CUDA twin of :mod:`procmap.kernels.coarsening.coarsen_cpu`.
 
 Same functions, same arguments, same semantics; arrays in and out are CuPy arrays
-(NumPy inputs are copied to the device). Kernels live in ``cuda/coarsen.cu``.
+(NumPy inputs are copied to the device). Kernels live in ``coarsening/coarsen.cu``.
 
 What is bit-identical to the CPU twin
 -------------------------------------
@@ -49,12 +49,12 @@ import cupy as cp
 import numpy as np
 
 from .coarsen_cpu import HEM_MAX_ROUNDS, UNMATCHED_THRESHOLD, _cap, _seed_key
-from .gpu_common import BLOCK, MAX_BLOCKS, as_device, i64, kernel, launch
+from ..gpu_common import BLOCK, MAX_BLOCKS, as_device, i64, kernel, launch
 
 __all__ = ["heavy_edge_matching", "two_hop_matching", "coarse_ids", "contract",
            "coarsen_once", "HEM_MAX_ROUNDS", "UNMATCHED_THRESHOLD"]
 
-_CU = "coarsen.cu"
+_CU = "coarsening/coarsen.cu"
 
 
 # --------------------------------------------------------------------- helpers
@@ -273,7 +273,7 @@ def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
 #: (:func:`_emit_large_rows`).
 SMALL_REGION = 2048
 #: Shared-memory table slots per lane of the row kernels (``ROW_SLOTS_PER_LANE`` in
-#: cuda/coarsen.cu, which must match): a group of G lanes builds rows of up to 8 G slots
+#: coarsening/coarsen.cu, which must match): a group of G lanes builds rows of up to 8 G slots
 #: in shared memory.
 SHARED_SLOTS_PER_LANE = 8
 #: Largest region built in shared memory, below the table size (``None``: the table

@@ -5,7 +5,7 @@ taking and returning CuPy arrays; ``prefix`` and ``dist`` may be NumPy or CuPy. 
 refinement loop is the GPU's Jet loop with the ISR step as its balanced round (see
 "The refinement loop" below).
 
-One ISR step (``cuda/isr.cu`` plus CuPy sorts and prefix sums)
+One ISR step (``refinement/isr.cu`` plus CuPy sorts and prefix sums)
 -------------------------------------------------------------
 1. ``isr_propose`` -- one thread per vertex: connectivities per level group in the
    per-vertex table of the LP kernels (``cuda/conn_table.cuh``: ``deg(u) * l`` entries,
@@ -44,7 +44,7 @@ The refinement loop
 :func:`isr_refine` is the GPU's one refinement loop (``jet_gpu.refine``) with an ISR
 step as its balanced round (:class:`_ISRRound`): the loop's state, move application
 (``jet.cu``'s ``move_delta_*``, ``commit_moves``), device-side bookkeeping
-(``cuda/jet_loop.cu``), weak and strong rebalancing are Jet's. ISR differs only in
+(``refinement/jet_loop.cu``), weak and strong rebalancing are Jet's. ISR differs only in
 the round, in that a step which moves nothing ends the loop (there are no locks),
 and in the iteration cap :data:`HARD_CAP`. The step number behind each step's hash
 key is the loop's count of balanced rounds, read on the device.
@@ -69,7 +69,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from .gpu_common import TableScratch, as_device, i64, kernel, launch
+from ..gpu_common import TableScratch, as_device, i64, kernel, launch
 from .isr_cpu import HARD_CAP, step_key
 from .jet_cpu import _seed_key
 from .jet_gpu import (MODE_LP, MODE_STRONG, MODE_WEAK, _Graph, _State, block_weights, cost,
@@ -77,7 +77,7 @@ from .jet_gpu import (MODE_LP, MODE_STRONG, MODE_WEAK, _Graph, _State, block_wei
 
 __all__ = ["HARD_CAP", "block_weights", "cost", "isr_moves", "isr_refine", "step_key"]
 
-_SRC = "isr.cu"
+_SRC = "refinement/isr.cu"
 _NO_GATE = np.uint64(0)  # null control-block pointer: the kernels always run
 
 

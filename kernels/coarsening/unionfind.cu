@@ -1,5 +1,5 @@
 // Union-find (G-kway) coarsening with a weight cap: the CUDA twins of
-// kernels/unionfind_cpu.py. Every kernel mirrors one Numba loop (one thread per
+// kernels/coarsening/unionfind_cpu.py. Every kernel mirrors one Numba loop (one thread per
 // vertex or per parent, the same comparisons in the same order), and nothing here
 // depends on thread scheduling: each thread writes only entries it owns, the
 // pointer-jumping rounds are double-buffered, and the only atomics are integer

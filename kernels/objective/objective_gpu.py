@@ -5,7 +5,7 @@ Same functions and semantics as the CPU module, taking CuPy arrays (``xadj`` int
 ``prefix`` and ``dist`` may be NumPy or CuPy. Every CSR entry ``(u, v)`` is visited
 once, so each undirected edge counts twice (docs/design.md section 3).
 
-Reductions (``cuda/objective.cu``)
+Reductions (``objective/objective.cu``)
 ----------------------------------
 No float atomics: the vertices are dealt to ``R = min(n, 2**18)`` rows, row ``r``
 sums vertices ``r, r + R, ...`` sequentially in one thread, and a CuPy reduction adds
@@ -26,9 +26,9 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from .gpu_common import HISTOGRAM_BLOCKS, as_device, i64, kernel, launch
+from ..gpu_common import HISTOGRAM_BLOCKS, as_device, i64, kernel, launch
 
-_SRC = "objective.cu"
+_SRC = "objective/objective.cu"
 #: Rows of the deterministic partial sums: enough threads to fill a GPU, few enough
 #: that the row sums cost little memory.
 MAX_ROWS = 1 << 18

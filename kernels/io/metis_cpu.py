@@ -2,8 +2,8 @@
 
 A METIS file *is* the CSR matrix: kept line ``i`` after the header lists the
 neighbours of vertex ``i``. The reader never builds COO arrays, nor any array
-per line; after the header (found by :func:`procmap.kernels.text_cpu.first_line`)
-the bytes are cut into line-aligned chunks (:func:`procmap.kernels.comm_cpu.chunk_starts`)
+per line; after the header (found by :func:`procmap.kernels.io.text_cpu.first_line`)
+the bytes are cut into line-aligned chunks (:func:`procmap.kernels.io.comm_cpu.chunk_starts`)
 and read twice, both times in parallel over the chunks:
 
 1. :func:`count_lines` counts each chunk's kept lines (comment lines skipped,
@@ -29,7 +29,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .common_cpu import sort_row
+from ..common_cpu import sort_row
 from .text_cpu import is_space, next_int, scan_line
 
 

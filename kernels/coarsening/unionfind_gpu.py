@@ -1,8 +1,8 @@
 """Union-find (G-kway) coarsening with a weight cap on the GPU: the CUDA twin of
-:mod:`procmap.kernels.unionfind_cpu`.
+:mod:`procmap.kernels.coarsening.unionfind_cpu`.
 
 Same function, same arguments, same semantics; arrays in and out are CuPy arrays
-(NumPy inputs are copied to the device). Kernels live in ``cuda/unionfind.cu``.
+(NumPy inputs are copied to the device). Kernels live in ``coarsening/unionfind.cu``.
 The algorithm (picks, forest of the picks, pointer jumping, Kundu-Misra splitting
 of trees heavier than the cap, numbering by smallest vertex) is described in the
 CPU module's docstring.
@@ -40,11 +40,11 @@ import cupy as cp
 import numpy as np
 
 from .coarsen_cpu import _cap, _seed_key
-from .gpu_common import as_device, i64, kernel, launch
+from ..gpu_common import as_device, i64, kernel, launch
 
 __all__ = ["cluster_ids"]
 
-_CU = "unionfind.cu"
+_CU = "coarsening/unionfind.cu"
 
 
 def _u64(x) -> np.uint64:

@@ -1,4 +1,4 @@
-// Subgraph extraction (paper Algorithm 1): the CUDA twin of kernels/subgraph_cpu.py.
+// Subgraph extraction (paper Algorithm 1): the CUDA twin of kernels/initial/subgraph_cpu.py.
 //
 // One thread per fine CSR entry (source row found by binary search on xadj, so
 // skewed degrees cost nothing extra): first flag the entries whose endpoints share

@@ -1,4 +1,4 @@
-// Coarsening kernels: the CUDA twins of kernels/coarsen_cpu.py (matching and contraction).
+// Coarsening kernels: the CUDA twins of kernels/coarsening/coarsen_cpu.py (matching and contraction).
 //
 // Matching kernels mirror the Numba loops one to one (one thread per vertex, anchor
 // or twin run, the same comparisons in the same order), so their output is

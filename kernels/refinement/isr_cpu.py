@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common_cpu import level_tables
+from ..common_cpu import level_tables
 from .jet_cpu import (_isr_independent, _isr_propose, _num_chunks, _prefix_fit, _seed_key,
                       block_weights, cost, isr_step, isr_step_key, refine)
 

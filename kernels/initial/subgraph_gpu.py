@@ -1,4 +1,4 @@
-"""Subgraph extraction on the GPU: the CUDA twin of :mod:`procmap.kernels.subgraph_cpu`.
+"""Subgraph extraction on the GPU: the CUDA twin of :mod:`procmap.kernels.initial.subgraph_cpu`.
 
 Same output as the CPU twin, value for value (only integer bookkeeping and copies,
 nothing is summed): for every block ``b`` of ``part``, the induced subgraph with
@@ -8,7 +8,7 @@ order, plus the global ids of its members.
 How it differs from the CPU loop (which walks the vertices block by block): the
 vertex order comes from a stable ``cp.argsort`` of ``part`` (stable, so members stay
 in id order), the kept entries are flagged and counted by per-entry kernels
-(``cuda/subgraph.cu``) and two scans, and every kept entry is copied straight to its
+(``initial/subgraph.cu``) and two scans, and every kept entry is copied straight to its
 place. All blocks live in one concatenated CSR; ``blocks[b]`` holds views into it.
 One host read (``k + 1`` block starts and their edge offsets) is needed to slice it.
 """
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import cupy as cp
 
-from .gpu_common import as_device, i64, kernel, launch
+from ..gpu_common import as_device, i64, kernel, launch
 
 __all__ = ["extract_subgraphs", "internal_edges"]
 
-_CU = "subgraph.cu"
+_CU = "initial/subgraph.cu"
 
 
 def internal_edges(xadj, adjncy, adjwgt, part):

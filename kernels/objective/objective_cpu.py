@@ -9,7 +9,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .common_cpu import level_index
+from ..common_cpu import level_index
 
 
 def _chunks(n: int) -> int:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .common_cpu import sort_row
+from ..common_cpu import sort_row
 from .text_cpu import end_of_line, is_space, next_int
 
 #: Rows per block of :func:`merge_rows`.

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .common_cpu import mix64 as _mix64
+from ..common_cpu import mix64 as _mix64
 
 #: Defaults of :func:`two_hop_matching` (and the GPU twin's) for direct calls. The
 #: engines pass their own from ``procmap.engines.context.CoarseningContext``

@@ -1,4 +1,4 @@
-// Jet rebalancing (weak and strong): the per-vertex kernels of kernels/rebalance_gpu.py,
+// Jet rebalancing (weak and strong): the per-vertex kernels of kernels/rebalancing/rebalance_gpu.py,
 // twins of _rebalance_propose (and the block-weight / room bookkeeping) in jet_cpu.py.
 // Outside the captured Jet loop the selection and assignment steps are sorts and prefix
 // sums done with CuPy; the loop's weak step selects with its own kernels (below).

@@ -1,5 +1,5 @@
-// Independent-set refinement (G-kway): the CUDA kernels of kernels/isr_gpu.py, twins of
-// _isr_propose, _isr_independent and _prefix_select in kernels/isr_cpu.py. The sorts and
+// Independent-set refinement (G-kway): the CUDA kernels of kernels/refinement/isr_gpu.py, twins of
+// _isr_propose, _isr_independent and _prefix_select in kernels/refinement/isr_cpu.py. The sorts and
 // prefix sums between them are CuPy calls. All launches cover n, 2n or k items (never a
 // data-dependent count), and every kernel is a grid-stride loop.
 //

@@ -7,7 +7,7 @@ different PEs exchange places -- and return the decrease of ``sum_u cost_at(u)``
 (= J / 2). Candidate PEs of a task are the PEs of its neighbours, as on the CPU.
 ``xadj``/``adjncy``/``adjwgt``/``cap``/``prefix``/``dist`` may be NumPy or CuPy.
 
-Algorithm: parallel rounds (kernels in ``cuda/swap.cu``)
+Algorithm: parallel rounds (kernels in ``refinement/swap.cu``)
 -------------------------------------------------------
 The CPU twin visits tasks one after another, each acting on the placement its
 predecessors left. A round here does, for all tasks at once:
@@ -66,11 +66,11 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from .gpu_common import as_device, f64, i64, kernel, launch
+from ..gpu_common import as_device, f64, i64, kernel, launch
 
 __all__ = ["ROUNDS_PER_PASS", "swap_refine"]
 
-_SRC = "swap.cu"
+_SRC = "refinement/swap.cu"
 
 #: Safety cap on the parallel rounds of one pass (a pass normally ends much earlier,
 #: when no task that has not acted yet has an improving action).

@@ -1,5 +1,5 @@
 // Swap refinement for rank placement: the kernels of one parallel round of
-// kernels/swap_gpu.py (the GPU twin of kernels/swap_cpu.py).
+// kernels/refinement/swap_gpu.py (the GPU twin of kernels/refinement/swap_cpu.py).
 //
 // A round is: task_costs -> propose -> mark_actions -> select_actions -> (host:
 // free-slot limit) -> apply_actions. Every kernel is one thread per task (or per

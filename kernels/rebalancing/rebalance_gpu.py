@@ -1,10 +1,10 @@
 """Jet's weak and strong rebalancing on the GPU: the twins of the rebalancers in
-:mod:`procmap.kernels.jet_cpu` (``_weak_moves``, ``_strong_moves``, ``rebalance_weak``,
+:mod:`procmap.kernels.refinement.jet_cpu` (``_weak_moves``, ``_strong_moves``, ``rebalance_weak``,
 ``rebalance_strong``), taking and returning CuPy arrays.
 
 Steps and how they relate to the CPU twin
 -----------------------------------------
-1. **Proposal** (``rebalance_propose`` in ``cuda/rebalance.cu``, one thread per vertex):
+1. **Proposal** (``rebalance_propose`` in ``rebalancing/rebalance.cu``, one thread per vertex):
    the twin of ``_rebalance_propose``. Connectivities are summed in neighbour order into
    a per-vertex table of ``deg(u)`` (block id, float64 sum) entries, in the thread's
    local memory or, for high degrees, in a :class:`.gpu_common.TableScratch`, so they
@@ -78,10 +78,10 @@ import struct
 import cupy as cp
 import numpy as np
 
-from . import gpu_common as gc
-from .jet_cpu import BUCKET_RATIO, MID_BUCKET, NUM_BUCKETS, _gain_bucket, _seed_key
+from .. import gpu_common as gc
+from ..refinement.jet_cpu import BUCKET_RATIO, MID_BUCKET, NUM_BUCKETS, _gain_bucket, _seed_key
 
-_CU = "rebalance.cu"
+_CU = "rebalancing/rebalance.cu"
 # Composite sort keys (segment, bucket, id): ids < 2^31, buckets < 64, segments < 2^26.
 _BUCKET_SHIFT = 31
 _SEGMENT_SHIFT = 37
@@ -360,7 +360,7 @@ def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, adjwgt: cp.ndarray, vwgt:
 
 class WeakStep:
     """Weak rebalancing as fixed-size kernels without host readbacks, for the captured
-    Jet loop (``cuda/rebalance.cu``, "weak step in a loop"): the moves of
+    Jet loop (``rebalancing/rebalance.cu``, "weak step in a loop"): the moves of
     :func:`weak_moves` (so of ``jet_cpu._weak_moves``, bit for bit), selected without
     sorting and written into a target array. Buffers are allocated once per graph;
     every kernel skips itself unless the loop's control block says a weak iteration.

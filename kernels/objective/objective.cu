@@ -1,4 +1,4 @@
-// Mapping objective kernels: the CUDA twins of kernels/objective_cpu.py.
+// Mapping objective kernels: the CUDA twins of kernels/objective/objective_cpu.py.
 //
 // Every CSR entry (u, v) is visited once, so each undirected edge counts twice (the
 // convention of J). Sums are deterministic without float atomics: the vertices are

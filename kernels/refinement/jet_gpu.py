@@ -8,7 +8,7 @@ algorithm and the gain formula), taking and returning CuPy arrays; ``prefix``,
 :mod:`.rebalance_gpu`; :func:`jet_refine` calls them as the CPU loop calls
 ``_weak_moves`` / ``_strong_moves``.
 
-Kernels (``cuda/jet.cu``)
+Kernels (``refinement/jet.cu``)
 -------------------------
 * ``lp_boundary`` -- resets every vertex's proposal and lists the unlocked boundary
   vertices (a count and a list on the device: no readback), so that the two filters
@@ -56,7 +56,7 @@ Host synchronisation
 The state (partition, block weights, traffic, and the loop's control block:
 iteration counter, best cost, best max block weight, the kind of the next iteration,
 iterations and moves per kind) stays on the device, and the bookkeeping after every
-iteration runs there too (``loop_control`` in ``cuda/jet_loop.cu``, the CPU loop's
+iteration runs there too (``loop_control`` in ``refinement/jet_loop.cu``, the CPU loop's
 arithmetic and branch order). One loop body holds the balanced round and a weak
 rebalancing step (:class:`.rebalance_gpu.WeakStep`: fixed sizes, no readback), each
 gated by the kind the control block names, so a run of balanced and weak iterations
@@ -74,8 +74,10 @@ import cupy as cp
 import cupyx
 import numpy as np
 
-from . import cuda_graphs, objective_gpu, rebalance_gpu
-from .gpu_common import (HISTOGRAM_BLOCKS, TableScratch, as_device, f64, gain_weights, i64,
+from .. import cuda_graphs
+from ..objective import objective_gpu
+from ..rebalancing import rebalance_gpu
+from ..gpu_common import (HISTOGRAM_BLOCKS, TableScratch, as_device, f64, gain_weights, i64,
                          kernel, launch)
 from .jet_cpu import (BUCKET_RATIO, MID_BUCKET, NUM_BUCKETS, ULTRA_FILTER_RATIOS, _cost_of,
                       filter_schedule)
@@ -83,7 +85,7 @@ from .jet_cpu import (BUCKET_RATIO, MID_BUCKET, NUM_BUCKETS, ULTRA_FILTER_RATIOS
 __all__ = ["BUCKET_RATIO", "MID_BUCKET", "NUM_BUCKETS", "ULTRA_FILTER_RATIOS", "block_weights",
            "cost", "filter_schedule", "jet_lp", "jet_refine", "ultra_refine"]
 
-_SRC = "jet.cu"
+_SRC = "refinement/jet.cu"
 _NO_GATE = np.uint64(0)  # null control-block pointer: gated kernels always run
 
 
@@ -197,9 +199,9 @@ def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None,
 # ------------------------------------------------------------------ refinement state
 #: Blocks of the first stage of the traffic-delta reduction (``row_partials``).
 _PARTIALS = 256
-_THREADS = 256  # REDUCE_THREADS in cuda/jet_loop.cu
-_LOOP = "jet_loop.cu"
-# words of the control block (C_* / F_* / S_* in cuda/jet_loop.cu)
+_THREADS = 256  # REDUCE_THREADS in refinement/jet_loop.cu
+_LOOP = "refinement/jet_loop.cu"
+# words of the control block (C_* / F_* / S_* in refinement/jet_loop.cu)
 _C_IT, _C_MAXW, _C_BEST_MAXW, _C_ROUNDS, _C_MODE, _C_WEAK = 0, 2, 3, 6, 7, 8
 _C_STEPS, _C_MOVES = 9, 12  # three words each, indexed by MODE_*
 _CTL_WORDS = 15
@@ -215,7 +217,7 @@ NO_CAP = 2**62
 class _State:
     """The refinement state on the device: current and best partition, block weights,
     traffic per level, and the loop's control block (iteration counter, best cost,
-    iterations and moves per kind...), which ``loop_control`` (cuda/jet_loop.cu)
+    iterations and moves per kind...), which ``loop_control`` (refinement/jet_loop.cu)
     updates after every iteration.
 
     ``locking``: the balanced round locks the vertices it moved (Jet's LP), so a round

@@ -25,9 +25,9 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .common_cpu import (clear_connectivity, connectivity_gain, level_tables, on_boundary,
+from ..common_cpu import (clear_connectivity, connectivity_gain, level_tables, on_boundary,
                          scatter_connectivity)
-from .objective_cpu import pe_loads
+from ..objective.objective_cpu import pe_loads
 
 
 @nb.njit(cache=True, nogil=True)

@@ -1,0 +1,2 @@
+"""The objective: J, the edge cut, traffic per hierarchy level and PE loads. CPU and
+GPU twins."""
