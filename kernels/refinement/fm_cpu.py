@@ -164,7 +164,7 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
         else:
             stall += 1
         for e in range(xadj[u], xadj[u + 1]):
-            v = adjncy[e]
+            v = np.int64(adjncy[e])  # one vertex type for _best_move and _push
             if mark[v] == search or done[v] or size + 1 >= cap:
                 continue
             work += xadj[v + 1] - xadj[v]
@@ -192,7 +192,7 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, delta, max_stall, b
     scratch = _new_scratch(grp)
     cap = 4 * xadj[n] + n + 16  # every push is a vertex or a neighbour update
     heap = np.empty((cap, 2), dtype=np.float64)
-    size = 0
+    size = np.int64(0)  # not a literal 0: callees compile once, for int64
     for u in range(n):
         if on_boundary(xadj, adjncy, part, u, part[u]):
             b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, scratch)
@@ -200,8 +200,8 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, delta, max_stall, b
                 size = _push(heap, size, g, u)
     mark = np.zeros(n, dtype=np.int64)
     done = np.zeros(n, dtype=np.uint8)
-    gain, _, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 1,
-                         mark, done, max_stall, budget, np.empty(n, dtype=np.int64),
+    gain, _, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size,
+                         np.int64(1), mark, done, max_stall, budget, np.empty(n, dtype=np.int64),
                          np.empty(n, dtype=np.int64), scratch)
     return gain
 
@@ -267,7 +267,7 @@ def _local_searches(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, max_
         if b < 0:
             continue
         search += 1
-        size = _push(heap, 0, g, s)
+        size = _push(heap, np.int64(0), g, s)
         gain, kept, scanned = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
                                       heap, size, search, mark, done, max_stall, budget - work,
                                       moved_v, moved_from, scratch)

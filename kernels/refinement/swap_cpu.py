@@ -64,7 +64,7 @@ def _swap_refine(xadj, adjncy, adjwgt, pe, cap, prefix, dist, max_passes, min_ga
     for _ in range(max_passes):
         improved = 0
         for u in range(n):
-            p = pe[u]
+            p = np.int64(pe[u])  # the PE type of the candidates q: _cost_at compiles once
             base_u = _cost_at(u, p, pe, xadj, adjncy, adjwgt, prefix, dist)
             if base_u == 0.0:
                 continue
