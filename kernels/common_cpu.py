@@ -1,5 +1,6 @@
-"""Small Numba helpers shared by the CPU kernels: hierarchical distances, hashing and
-sorting a CSR row."""
+"""Small helpers shared by the CPU kernels of several phases: hierarchical distances,
+hashing and seed keys, chunking of the parallel loops, input preparation and sorting a
+CSR row."""
 from __future__ import annotations
 
 import numba as nb
@@ -63,6 +64,14 @@ def table_distance(p, q, grp, dist):
     return dist[table_level(p, q, grp)]
 
 
+def seed_key(seed: int) -> np.uint64:
+    """The uint64 hash key of ``seed`` for the refinement and rebalancing kernels: their
+    tie-breaking hashes are ``mix64(u ^ key)`` of a vertex ``u`` (the weak rebalancer's
+    block choice, ISR's step keys). Any Python int maps to a key; the GPU twins use the
+    very same value."""
+    return np.uint64((int(seed) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64)
+
+
 @nb.njit(inline="always", cache=True)
 def mix64(x):
     """splitmix64 finaliser: a bijective scramble of a uint64 (deterministic tie noise)."""
@@ -72,6 +81,70 @@ def mix64(x):
     x *= np.uint64(0x94D049BB133111EB)
     x ^= x >> np.uint64(31)
     return x
+
+
+# ----------------------------------------------------------------- parallel loops
+@nb.njit(cache=True)
+def num_chunks(n, k):
+    """Chunks of a parallel loop over ``n`` items with per-chunk scratch of ``O(k)``
+    entries per level: a function of ``n`` and ``k`` only.
+
+    A chunk spans at least ``max(2048, 2k)`` items (zeroing the scratch costs less than
+    the work) and there are at most 4096 chunks. Independence of the thread count keeps
+    float reductions (summed chunk by chunk) bit-identical across thread counts.
+    """
+    span = max(2048, 2 * k)
+    return max(1, min(-(-n // span), 4096))
+
+
+def use_threads() -> bool:
+    """Whether kernels of more than one chunk should run on Numba's thread pool (more
+    than one thread); otherwise they walk the same chunks serially in their caller."""
+    return nb.get_num_threads() > 1
+
+
+@nb.njit(cache=True, nogil=True)
+def largest(a):
+    """``a.max()`` of a non-empty array (as a loop: NumPy's reduction costs seconds of
+    compile time in every caller)."""
+    top = a[0]
+    for x in a:
+        if x > top:
+            top = x
+    return top
+
+
+# ----------------------------------------------------------------- inputs
+def float_weights(adjwgt: np.ndarray) -> np.ndarray:
+    """Edge weights as float64 for the gain kernels (gains are float64 anyway: one
+    compiled variant serves integer and float weights; costs stay exact in the
+    weights' own dtype). No copy when they already are."""
+    return adjwgt if adjwgt.dtype == np.float64 else adjwgt.astype(np.float64)
+
+
+def refinement_inputs(xadj, adjncy, adjwgt, vwgt, part, prefix, dist):
+    """The inputs of the refinement and rebalancing kernels as contiguous arrays of the
+    dtypes they are compiled for (copies only where needed): ``xadj`` int64, ``adjncy``
+    int32, ``adjwgt`` int64 or float64 (float weights stay float), ``vwgt`` int64,
+    ``part`` int32, ``prefix`` int64, ``dist`` float64. ``vwgt`` and ``dist`` may be
+    ``None`` (kept so). Raises ``ValueError`` when ``dist`` and ``prefix`` differ in
+    length."""
+    xadj = np.ascontiguousarray(xadj, dtype=np.int64)
+    adjncy = np.ascontiguousarray(adjncy, dtype=np.int32)
+    adjwgt = np.ascontiguousarray(adjwgt)
+    if adjwgt.dtype.kind != "f":
+        adjwgt = adjwgt.astype(np.int64, copy=False)
+    else:
+        adjwgt = adjwgt.astype(np.float64, copy=False)
+    if vwgt is not None:
+        vwgt = np.ascontiguousarray(vwgt, dtype=np.int64)
+    part = np.ascontiguousarray(part, dtype=np.int32)
+    prefix = np.ascontiguousarray(prefix, dtype=np.int64)
+    if dist is not None:
+        dist = np.ascontiguousarray(dist, dtype=np.float64)
+        if dist.shape != prefix.shape:
+            raise ValueError("prefix and dist must have the same length")
+    return xadj, adjncy, adjwgt, vwgt, part, prefix, dist
 
 
 # ----------------------------------------------------------------- block connectivity

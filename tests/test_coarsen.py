@@ -278,8 +278,8 @@ def reference_hem(g: CommGraph, max_vwgt, seed, max_rounds):
     """HEM as specified, plainly: every round every unmatched vertex with an
     eligible neighbour scans all its edges again, then mutual choices match."""
     n = g.n
-    cap = cc._cap(max_vwgt)
-    key = cc._seed_key(seed)
+    cap = cc.weight_cap(max_vwgt)
+    key = cc.edge_hash_key(seed)
     match = np.arange(n)
     avail = g.vwgt.astype(np.int64).tolist()  # -1 once matched
     active = [u for u in range(n) if g.xadj[u + 1] > g.xadj[u]]
@@ -295,7 +295,7 @@ def reference_hem(g: CommGraph, max_vwgt, seed, max_rounds):
                     continue
                 w = float(g.adjwgt[e])
                 r = w * w / (float(max(avail[u], 1)) * float(max(avail[v], 1)))
-                k = (r, int(cc._edge_hash(u, v, key)), -v)
+                k = (r, int(cc.edge_hash(u, v, key)), -v)
                 if best_key is None or k > best_key:
                     best, best_key = v, k
             pref[u] = best

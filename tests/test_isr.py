@@ -134,9 +134,8 @@ def test_candidates_are_best_legal_moves(mode):
     lmax = lmax_of(g, k, 0.1)
     part = weight_ranges(g, k)
     bw = jet.block_weights(part, g.vwgt, k)
-    tab = isr._Tables(g.n, k, prefix, dist)
-    isr._candidates(g.xadj, g.adjncy, g.adjwgt.astype(np.float64), g.vwgt, part, k, lmax, bw,
-                    tab, isr.step_key(0, 0))
+    dest, gains, _ = isr.isr_candidates(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
+                                        dist)
     unit = dist[0] if prefix.size == 1 else 1.0
     for u in range(g.n):
         a = part[u]
@@ -147,9 +146,9 @@ def test_candidates_are_best_legal_moves(mode):
             gain = float(np.sum(w * (D[a, part[nbrs]] - D[b, part[nbrs]]))) / unit
             if b != a and gain > 1e-9 and bw[b] + g.vwgt[u] <= lmax and gain > best_g + 1e-9:
                 best_b, best_g = b, gain
-        assert tab.dest[u] == best_b, u
+        assert dest[u] == best_b, u
         if best_b >= 0:
-            assert tab.gain[u] == pytest.approx(best_g)
+            assert gains[u] == pytest.approx(best_g)
 
 
 def test_prefix_selection_takes_the_largest_feasible_prefix():
@@ -160,8 +159,8 @@ def test_prefix_selection_takes_the_largest_feasible_prefix():
     w = np.array([2, 1, 2, 1, 3, 1], np.int64)
     bw = np.array([13, 10], np.int64)
     # after each move: 15 IB, 14 B, 16 IB, 17 IB, 14 B, 15 IB
-    assert isr._prefix_select(src, dst, w, bw, 14) == 4
-    assert isr._prefix_select(src[:1], dst[:1], w[:1], bw, 14) == -1
+    assert isr.longest_feasible_prefix(src, dst, w, bw, 14) == 4
+    assert isr.longest_feasible_prefix(src[:1], dst[:1], w[:1], bw, 14) == -1
 
 
 def test_prefix_selection_matches_a_dense_table():
@@ -180,7 +179,7 @@ def test_prefix_selection_matches_a_dense_table():
         delta[dst, np.arange(m)] += w
         ok = np.all(np.cumsum(delta, axis=1) + bw[:, None] <= lmax, axis=0)
         want = int(np.flatnonzero(ok).max()) if ok.any() else -1
-        assert isr._prefix_select(src, dst, w, bw, lmax) == want, trial
+        assert isr.longest_feasible_prefix(src, dst, w, bw, lmax) == want, trial
 
 
 def test_first_candidate_always_fits():
@@ -240,8 +239,9 @@ def test_converged_refinement_is_a_local_optimum(mode):
     g = graph("delaunay")
     k = int(MODES[mode][0][-1])
     lmax = lmax_of(g, k)
-    part, value, stats = isr._refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt,
-                                     random_balanced(g.n, k, 3), k, lmax, *MODES[mode], phi=1.0)
+    part, value, stats = isr.isr_refine_with_stats(g.xadj, g.adjncy, g.adjwgt, g.vwgt,
+                                                   random_balanced(g.n, k, 3), k, lmax,
+                                                   *MODES[mode], phi=1.0)
     assert stats["isr_steps"] == stats["iterations"] < isr.HARD_CAP
     assert stats["isr_moves"] > 0 and stats["weak_steps"] == stats["strong_steps"] == 0
     for step in (0, 7):
@@ -259,8 +259,8 @@ def test_imbalanced_start_gets_balanced(mode, kind):
     else:
         start = random_balanced(g.n, k, 4)
         start[: g.n // 4] = 0
-    part, value, stats = isr._refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, start, k, lmax,
-                                     *MODES[mode])
+    part, value, stats = isr.isr_refine_with_stats(g.xadj, g.adjncy, g.adjwgt, g.vwgt, start, k,
+                                                   lmax, *MODES[mode])
     assert stats["weak_steps"] + stats["strong_steps"] > 0 and stats["isr_steps"] > 0
     assert jet.block_weights(part, g.vwgt, k).max() <= lmax
     assert value == J(g, part, mode)
@@ -273,8 +273,8 @@ def test_imbalanced_start_gets_balanced_quickly():
     lmax = lmax_of(g, k)
     start = weight_ranges(g, k)
     start[: g.n // 5] = 0
-    p, _, stats = isr._refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, start, k, lmax, *CUT,
-                              max_iters=3)
+    p, _, stats = isr.isr_refine_with_stats(g.xadj, g.adjncy, g.adjwgt, g.vwgt, start, k, lmax,
+                                            *CUT, max_iters=3)
     assert jet.block_weights(p, g.vwgt, k).max() <= lmax
     assert stats["weak_steps"] <= 2 and stats["strong_steps"] <= 1
 

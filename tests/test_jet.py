@@ -8,7 +8,8 @@ import pytest
 from procmap.graph import CommGraph
 from procmap.generators import grid_graph, random_geometric_graph
 from procmap.kernels.refinement import jet_cpu as jet
-from procmap.kernels.common_cpu import group_table, level_index, level_tables, mix64, table_level
+from procmap.kernels.common_cpu import group_table, level_index, num_chunks, table_level
+from procmap.kernels.objective.objective_cpu import level_traffic
 from procmap.objective import evaluate
 from procmap.topology import Hierarchy
 
@@ -55,13 +56,10 @@ def test_lp_proposals_match_equation_1(h):
     part = random_balanced(g.n, k, 1)
     D = h.distance_matrix()
     prefix, dist = h.prefix_sizes, np.asarray(h.distances)
-    grp, delta = level_tables(prefix, dist)
-    dest = np.empty(g.n, np.int32)
-    gain = np.empty(g.n)
     cut_mode = prefix.size == 1
     # filter ratio 1: in cut mode nearly every vertex with a neighbour block proposes
-    jet._lp_propose(g.xadj, g.adjncy, g.adjwgt, part, k, grp, delta, cut_mode, 1.0,
-                    np.zeros(g.n, np.uint8), np.arange(g.n, dtype=np.int32), 1, dest, gain)
+    dest, gain = jet.lp_proposals(g.xadj, g.adjncy, g.adjwgt, part, k, prefix, dist,
+                                  filter_ratio=1.0)
     scale = dist[0] if cut_mode else 1.0  # cut-mode gains are in edge weight
     for u in range(g.n):
         blocks = sorted(set(part[g.adjncy[g.xadj[u]:g.xadj[u + 1]]]) - {part[u]})
@@ -136,48 +134,6 @@ def test_infeasible_start_becomes_feasible(h):
     part, value = refine(g, start, h.k, lmax, h)
     assert jet.block_weights(part, g.vwgt, h.k).max() <= lmax
     assert value == evaluate(g, h, part).J
-
-
-def test_rebalance_strong_restores_balance_in_one_step():
-    g = grid_graph((30, 30))
-    k = 4
-    lmax = lmax_of(g, k)
-    rng = np.random.default_rng(0)
-    part = np.where(rng.random(g.n) < 0.8, 0, rng.integers(1, k, g.n)).astype(np.int32)
-    for prefix in ([4], [2, 4]):
-        moves, targets = jet.rebalance_strong(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
-                                              prefix)
-        assert np.all(part[moves] != targets)
-        new = part.copy()
-        new[moves] = targets
-        assert jet.block_weights(new, g.vwgt, k).max() <= lmax
-
-
-def test_rebalance_strong_moves_heavy_vertex_when_only_that_fits():
-    # block 0 is one over the limit and holds only weight-3 vertices: the sole
-    # feasible progress moves one of them out, past Jet's heavy-vertex filters.
-    g = CommGraph.from_edges([0, 1, 2, 3, 4], [1, 2, 3, 4, 5], n=6, vwgt=[3, 3, 3, 1, 1, 1])
-    part = np.array([0, 0, 0, 1, 1, 1], np.int32)
-    moves, targets = jet.rebalance_strong(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, 2, 8, [2])
-    new = part.copy()
-    new[moves] = targets
-    assert jet.block_weights(new, g.vwgt, 2).max() <= 8
-
-
-def test_rebalance_weak_moves_out_of_overloaded_blocks_only():
-    g = grid_graph((20, 20))
-    k = 4
-    lmax = lmax_of(g, k)
-    part = (np.arange(g.n) // 20 * 4 // 20).astype(np.int32)  # 4 horizontal strips
-    part[(np.arange(g.n) // 20) == 5] = 0                    # strip 0 grows by a row
-    bw = jet.block_weights(part, g.vwgt, k)
-    moves, targets = jet.rebalance_weak(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, [4])
-    assert moves.size >= bw[0] - lmax
-    assert np.all(bw[part[moves]] > lmax)
-    assert np.all(bw[targets] < lmax)
-    new = part.copy()
-    new[moves] = targets
-    assert jet.block_weights(new, g.vwgt, k)[0] <= lmax
 
 
 def test_lp_respects_locks():
@@ -262,66 +218,44 @@ def noisy_blocks(n, k, seed, noise=0.05):
     return part
 
 
-def prepared(g, part, h):
-    """The compiled loop's inputs and a fresh state for ``part``."""
-    gg, cur = jet._setup(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, h.k, h.prefix_sizes,
-                         np.asarray(h.distances), 0.999)
-    traffic = jet._traffic(gg.xadj, gg.adjncy, gg.adjwgt, cur, gg.prefix, h.k)
-    return gg, cur.copy(), traffic, jet._new_state(g.n, h.k, traffic)
-
-
-@pytest.mark.parametrize("par", [False, True])
 @pytest.mark.parametrize("float_weights", [False, True])
 @pytest.mark.parametrize("h", [CUT4, TREE8])
-def test_fused_lp_rounds_match_jet_lp(h, float_weights, par):
-    """Each compiled LP round (kept proposals, afterburner near the re-proposed
-    vertices only) moves exactly what a full :func:`jet_lp` with the same locks
-    moves, across foreign moves (as rebalancing makes) and pass restarts."""
+def test_kept_proposals_equal_full_reevaluation_in_every_iteration(h, float_weights):
+    """The loop's LP rounds keep their proposals, re-propose only the stale vertices and
+    run the afterburner near them only; ``incremental=False`` re-proposes and judges
+    every vertex every round. After every iteration (``cap``), across rebalancing
+    moves (an overloaded start) and pass restarts with falling, repeated and rising
+    filter ratios, both must hold the same partition, cost and counts; on the thread
+    pool and serially."""
     g = geometric_graph(4000, seed=5, float_weights=float_weights)
     k = h.k
     prefix, dist = h.prefix_sizes, np.asarray(h.distances)
-    gg, cur, traffic, st = prepared(g, noisy_blocks(g.n, k, 2), h)
-    best = cur.copy()
-    bw = jet.block_weights(cur, g.vwgt, k)
-    locked = np.zeros(g.n, bool)
-    rng = np.random.default_rng(0)
-    ratios = iter([0.5, 0.5, 0.9, 0.1])
-    ratio = 0.85
-    lp_moves = 0
-    for step in range(36):
-        if step % 9 == 8:    # next pass: back to the snapshot, no locks, next ratio
-            new_ratio = next(ratios)
-            jet._restart(gg.xadj, gg.adjncy, cur, best, st,
-                         jet._stale_proposals(gg, ratio, new_ratio))
-            np.testing.assert_array_equal(cur, best)
-            bw = jet.block_weights(cur, g.vwgt, k)
-            traffic = jet._traffic(gg.xadj, gg.adjncy, gg.adjwgt, cur, gg.prefix, k)
-            locked[:] = False
-            ratio = new_ratio
-        if step % 4 == 3:    # foreign moves: locks stay, proposals around them go stale
-            moves = np.sort(rng.choice(g.n, 40, replace=False)).astype(np.int32)
-            st.target[moves] = (cur[moves] + rng.integers(1, k, moves.size)) % k
-        else:
-            want, targets = jet.jet_lp(g.xadj, g.adjncy, g.adjwgt, cur, k, prefix, dist,
-                                       locked=locked, filter_ratio=ratio)
-            m = jet._lp_round(gg, cur, k, ratio, True, par, st)
-            moves = st.moves[:max(m, 0)].copy()
-            np.testing.assert_array_equal(moves, want)
-            np.testing.assert_array_equal(st.target[moves], targets)
-            locked[:] = False
-            locked[moves] = True
-            lp_moves += moves.size
-        jet._apply_moves(gg.xadj, gg.adjncy, gg.adjwgt, gg.vwgt, cur, gg.grp, k, moves,
-                         st.target, bw, traffic, st.rows, par)
-        jet._settle(gg.xadj, gg.adjncy, moves, st)
-        assert (st.target == -1).all()
-        if step % 3 == 0:
-            jet._snapshot(best, cur, st)
-            np.testing.assert_array_equal(best, cur)
-    assert lp_moves > 100
-    np.testing.assert_array_equal(bw, jet.block_weights(cur, g.vwgt, k))
-    fresh = jet._traffic(gg.xadj, gg.adjncy, gg.adjwgt, cur, gg.prefix, k)
-    np.testing.assert_allclose(traffic, fresh, rtol=1e-12)
+    lmax = lmax_of(g, k)
+    starts = [noisy_blocks(g.n, k, 2)]        # LP rounds then move few vertices
+    skewed = noisy_blocks(g.n, k, 3)
+    skewed[(skewed == 1) & (np.arange(g.n) % 2 == 0)] = 0
+    starts.append(skewed)                     # rebalancing first
+    ratios = (0.85, 0.5, 0.5, 0.9, 0.1)
+    old = numba.get_num_threads()
+    try:
+        for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(threads)
+            for start in starts:
+                lp_moves = rebalance_moves = 0
+                for cap in (1, 2, 3, 5, 8, 13, 21, 34, None):
+                    runs = [jet.refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, start, k, lmax,
+                                       prefix, dist, ratios, max_iters=4, phi=0.999,
+                                       max_weak=2, seed=1, incremental=incremental, cap=cap)
+                            for incremental in (True, False)]
+                    (part, value, counts), (full_part, full_value, full_counts) = runs
+                    np.testing.assert_array_equal(part, full_part)
+                    assert value == full_value and counts == full_counts
+                    lp_moves = counts["step_moves"]
+                    rebalance_moves = max(rebalance_moves, counts["rebalance_moves"])
+                assert lp_moves > 100
+        assert rebalance_moves > 0
+    finally:
+        numba.set_num_threads(old)
 
 
 @pytest.mark.parametrize("prefix", [[4], [2, 4, 8], [3, 6], [4, 32, 192]])
@@ -333,8 +267,33 @@ def test_group_table_levels_match_level_index(prefix):
             assert table_level(p, q, grp) == level_index(p, q, prefix) or p == q
 
 
+def chunk_deltas(g, part, prefix, moves, target, nchunks):
+    """Traffic change per level of each chunk of ``moves`` (moved at once), summed in
+    the documented order: move by move, each move's edges in CSR order, the old
+    level's entry decreased before the new one's increased. A pair with one moving end
+    counts twice (it is seen from that end only)."""
+    def level(p, q):
+        return 0 if p == q else level_index(p, q, prefix) + 1
+
+    rows = np.zeros((nchunks, prefix.size + 1), dtype=np.asarray(g.adjwgt).dtype)
+    m = moves.size
+    for c in range(nchunks):
+        idx, val = [], []
+        for u in moves[c * m // nchunks:(c + 1) * m // nchunks]:
+            for e in range(g.xadj[u], g.xadj[u + 1]):
+                v = g.adjncy[e]
+                new_v, f = (target[v], 1) if target[v] >= 0 else (part[v], 2)
+                old_l, new_l = level(part[u], part[v]), level(target[u], new_v)
+                if old_l != new_l:
+                    w = g.adjwgt[e] * f
+                    idx += [old_l, new_l]
+                    val += [-w, w]
+        np.add.at(rows[c], np.array(idx, dtype=np.int64), np.array(val, dtype=rows.dtype))
+    return rows
+
+
 @pytest.mark.parametrize("float_weights", [False, True])
-def test_apply_sums_chunks_like_numpy(float_weights):
+def test_apply_moves_sums_chunks_like_numpy(float_weights):
     """Traffic deltas: the chunk sums are added in NumPy's order, bit for bit, and
     the traffic is the objective kernel's for the new partition."""
     g = random_graph(9000, 40000, seed=8, float_weights=float_weights)
@@ -344,18 +303,17 @@ def test_apply_sums_chunks_like_numpy(float_weights):
     moves = np.flatnonzero(rng.random(g.n) < 0.6).astype(np.int32)  # several chunks
     target = np.full(g.n, -1, np.int32)
     target[moves] = rng.integers(0, k, moves.size)
-    traffic = jet._traffic(g.xadj, g.adjncy, g.adjwgt, part, prefix, k)
-    nchunks = jet._num_chunks(moves.size, k)
+    traffic = level_traffic(g.xadj, g.adjncy, g.adjwgt, part, prefix)
+    nchunks = num_chunks(moves.size, k)
     assert nchunks > 2
-    out = np.zeros((nchunks, traffic.size), dtype=traffic.dtype)
-    jet._move_delta(g.xadj, g.adjncy, g.adjwgt, part, group_table(prefix), moves, target,
-                    nchunks, out)
-    want = traffic + out.sum(axis=0)
+    want = traffic + chunk_deltas(g, part, prefix, moves, target, nchunks).sum(axis=0)
     new, bw = part.copy(), jet.block_weights(part, g.vwgt, k)
-    jet._apply(g.xadj, g.adjncy, g.adjwgt, g.vwgt, new, prefix, k, moves, target, bw, traffic)
+    jet.apply_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, new, prefix, k, moves, target, bw,
+                    traffic)
     np.testing.assert_array_equal(traffic.view(np.int64), want.view(np.int64))
+    np.testing.assert_array_equal(new[moves], target[moves])
     np.testing.assert_array_equal(bw, jet.block_weights(new, g.vwgt, k))
-    fresh = jet._traffic(g.xadj, g.adjncy, g.adjwgt, new, prefix, k)
+    fresh = level_traffic(g.xadj, g.adjncy, g.adjwgt, new, prefix)
     if float_weights:
         np.testing.assert_allclose(traffic, fresh, rtol=1e-12)
     else:
@@ -364,20 +322,26 @@ def test_apply_sums_chunks_like_numpy(float_weights):
 
 @pytest.mark.parametrize("float_weights", [False, True])
 @pytest.mark.parametrize("h", [CUT4, TREE8])
-def test_thread_pool_and_serial_paths_agree(h, float_weights, monkeypatch):
-    """Kernels of several chunks run on the thread pool or serially in the caller:
-    the same partitions and the very same float costs either way."""
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two Numba threads")
+def test_thread_pool_and_serial_paths_agree(h, float_weights):
+    """Kernels of several chunks run on the thread pool (several threads) or serially
+    in the caller (one thread): the same partitions and the very same float costs
+    either way."""
     g = random_graph(10000, 50000, seed=4, float_weights=float_weights)
     lmax = lmax_of(g, h.k)
     starts = [random_balanced(g.n, h.k, 1), np.zeros(g.n, np.int32)]
     runs = {}
-    for par in (False, True):
-        monkeypatch.setattr(jet, "_parallel", lambda: par)
-        for i, start in enumerate(starts):
-            runs[par, i] = refine(g, start, h.k, lmax, h, seed=2)
-            runs[par, i, "ultra"] = jet.ultra_refine(
-                g.xadj, g.adjncy, g.adjwgt, g.vwgt, start, h.k, lmax, h.prefix_sizes,
-                np.asarray(h.distances), filter_ratios=(0.7, 0.3), seed=2)
+    old = numba.get_num_threads()
+    try:
+        for par in (False, True):
+            numba.set_num_threads(2 if par else 1)
+            for i, start in enumerate(starts):
+                runs[par, i] = refine(g, start, h.k, lmax, h, seed=2)
+                runs[par, i, "ultra"] = jet.ultra_refine(
+                    g.xadj, g.adjncy, g.adjwgt, g.vwgt, start, h.k, lmax, h.prefix_sizes,
+                    np.asarray(h.distances), filter_ratios=(0.7, 0.3), seed=2)
+    finally:
+        numba.set_num_threads(old)
     for key, (part, value) in runs.items():
         if key[0]:
             ref_part, ref_value = runs[(False,) + key[1:]]
@@ -404,114 +368,3 @@ def test_ultra_refine_equals_chained_jet_refine(h, float_weights, ratios):
                                    filter_ratios=ratios, max_iters=4, seed=seed)
             np.testing.assert_array_equal(got[0], part)
             assert got[1] == value
-
-
-def weak_reference(g, part, k, lmax, prefix, bw, seed):
-    """Weak rebalancing with the NumPy glue it had before moving into Numba."""
-    adjwgt = g.adjwgt.astype(np.float64)
-    opt = float(bw.sum()) / k
-    sigma = max(0.99 * lmax, lmax - 100.0)
-    dest_ok = (bw < sigma).astype(np.uint8)
-    valid_cum = np.zeros(k + 1, dtype=np.int64)
-    np.cumsum(dest_ok, out=valid_cum[1:])
-    valid_ids = np.flatnonzero(dest_ok).astype(np.int32)
-    heavy = 1.5 * (bw - opt)
-    dest = np.empty(g.n, np.int32)
-    bucket = np.empty(g.n, np.int32)
-    jet._rebalance_propose(g.xadj, g.adjncy, adjwgt, g.vwgt, part, k, bw, lmax, heavy, dest_ok,
-                           True, prefix, valid_cum, valid_ids, jet._seed_key(seed),
-                           jet._num_chunks(g.n, k), dest, bucket)
-    selected = np.empty(g.n, np.uint8)
-    jet._select_prefix(part, g.vwgt, dest, bucket, bw, lmax, k, jet.NUM_BUCKETS, selected)
-    return np.flatnonzero(selected).astype(np.int32), dest
-
-
-def strong_reference(g, part, k, lmax, prefix, bw):
-    """Strong rebalancing with the NumPy glue it had before moving into Numba."""
-    adjwgt = g.adjwgt.astype(np.float64)
-    opt = float(bw.sum()) / k
-    excess = int(np.maximum(bw - lmax, 0).sum())
-    limit = min(int(lmax), max(int(math.floor(opt)) + 1, int(math.floor(0.99 * lmax))))
-    limits = ([limit] if limit < lmax else []) + [int(lmax)]
-    target = np.full(g.n, -1, dtype=np.int32)
-    for limit in limits:
-        rem = np.where(bw < limit, limit - bw, 0).astype(np.int64)
-        if rem.sum() < excess and limit < lmax:
-            continue
-        max_rem = int(rem.max(initial=0))
-        if max_rem == 0:
-            continue
-        dest, bucket = np.empty(g.n, np.int32), np.empty(g.n, np.int32)
-        jet._rebalance_propose(g.xadj, g.adjncy, adjwgt, g.vwgt, part, k, bw, lmax,
-                               np.full(k, max_rem + 1.0), (rem > 0).astype(np.uint8), False,
-                               prefix, np.zeros(k + 1, np.int64), np.zeros(0, np.int32),
-                               np.uint64(0), jet._num_chunks(g.n, k), dest, bucket)
-        selected = np.empty(g.n, np.uint8)
-        jet._select_prefix(part, g.vwgt, dest, bucket, bw, lmax, k, jet.NUM_BUCKETS, selected)
-        if jet._strong_assign(part, g.vwgt, dest, bucket, selected, rem, prefix, jet.NUM_BUCKETS,
-                              target):
-            return np.flatnonzero(target >= 0).astype(np.int32), target
-    return np.empty(0, dtype=np.int32), target
-
-
-@pytest.mark.parametrize("float_weights", [False, True])
-@pytest.mark.parametrize("h", [CUT4, TREE8, Hierarchy((3, 2), (2.0, 7.0))])
-def test_rebalancers_match_numpy_glue(h, float_weights):
-    g = random_graph(2000, 8000, seed=6, float_weights=float_weights)
-    k, prefix = h.k, np.asarray(h.prefix_sizes, dtype=np.int64)
-    lmax = lmax_of(g, k)
-    rng = np.random.default_rng(1)
-    for skew in (0.2, 0.6, 1.0):
-        part = np.where(rng.random(g.n) < skew, 0, rng.integers(0, k, g.n)).astype(np.int32)
-        bw = jet.block_weights(part, g.vwgt, k)
-        weak = jet._weak_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, bw, 5)
-        for got, want in zip(weak, weak_reference(g, part, k, lmax, prefix, bw, 5)):
-            np.testing.assert_array_equal(got, want)
-        strong = jet._strong_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, bw)
-        for got, want in zip(strong, strong_reference(g, part, k, lmax, prefix, bw)):
-            np.testing.assert_array_equal(got, want)
-        assert weak[0].size > 0 and strong[0].size > 0
-
-
-def test_rebalance_proposals_match_definition():
-    """Rebalancing proposals from their definition (the interior shortcut included)."""
-    g = geometric_graph(1500, seed=3, float_weights=True)
-    k, prefix = 4, np.array([2, 4])
-    lmax = lmax_of(g, k)
-    part = noisy_blocks(g.n, k, 1, noise=0.02)
-    part[(part == 1) & (np.arange(g.n) % 3 == 0)] = 0       # block 0 overloaded
-    bw = jet.block_weights(part, g.vwgt, k)
-    assert bw[0] > lmax
-    dest_ok = (bw < lmax).astype(np.uint8)
-    valid_cum = np.concatenate(([0], np.cumsum(dest_ok))).astype(np.int64)
-    valid_ids = np.flatnonzero(dest_ok).astype(np.int32)
-    heavy = np.full(k, 3.0)                                  # weight-3 vertices stay
-    dest, bucket = np.empty(g.n, np.int32), np.empty(g.n, np.int32)
-    key = jet._seed_key(4)
-    jet._rebalance_propose(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, bw, lmax, heavy, dest_ok,
-                           True, prefix, valid_cum, valid_ids, key, 1, dest, bucket)
-    interior = 0
-    for u in range(g.n):
-        a = part[u]
-        if bw[a] <= lmax or g.vwgt[u] >= 3:
-            assert dest[u] == -1 and bucket[u] == 0
-            continue
-        conn = {}
-        for v, w in zip(g.adjncy[g.xadj[u]:g.xadj[u + 1]], g.adjwgt[g.xadj[u]:g.xadj[u + 1]]):
-            conn[part[v]] = conn.get(part[v], 0.0) + float(w)
-        own = conn.get(a, 0.0)
-        options = [(-c, b) for b, c in conn.items() if b != a and dest_ok[b]]
-        if options:
-            best_c, want = -min(options)[0], min(options)[1]
-        else:
-            interior += len(conn) <= 1
-            best_c, want = 0.0, -1
-            for size in prefix:                              # nearest group with room
-                lo = a // size * size
-                ids = valid_ids[(valid_ids >= lo) & (valid_ids < lo + size)]
-                if ids.size:
-                    want = ids[int(mix64(np.uint64(u) ^ key) % np.uint64(ids.size))]
-                    break
-        assert dest[u] == want
-        assert bucket[u] == jet._gain_bucket(best_c - own, int(g.vwgt[u]))
-    assert interior > 50

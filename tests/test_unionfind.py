@@ -56,7 +56,7 @@ def reference(g: CommGraph, max_vwgt=None, seed=0):
     n = g.n
     xadj, adjncy, adjwgt, vwgt = (a.tolist() for a in arrays(g))
     cap = float("inf") if max_vwgt is None else max_vwgt
-    key = int(cc._seed_key(seed))
+    key = int(cc.edge_hash_key(seed))
     deg = [xadj[u + 1] - xadj[u] for u in range(n)]
     pick = []
     for u in range(n):
@@ -159,9 +159,8 @@ def test_matches_reference_and_invariants(name, make, cap, seed):
 def test_picks_heaviest_edge_then_lowest_degree():
     # 0-1 (w 5), 0-2 (w 5), 0-3 (w 1); 1 has an extra neighbour 4, so deg(2) < deg(1)
     g = CommGraph.from_edges([0, 0, 0, 1], [1, 2, 3, 4], [5, 5, 1, 5], n=5)
-    pick = np.empty(g.n, dtype=np.int32)
     for seed in range(6):
-        uf._pick(*arrays(g), uf._cap(None), cc._seed_key(seed), pick)
+        pick = uf.cluster_picks(*arrays(g), None, seed)
         assert pick[0] == 2 and pick[3] == 0 and pick[2] == 0
 
 
@@ -189,9 +188,8 @@ def test_seed_changes_ties_only():
     results = {uf.cluster_ids(*arrays(g), None, s)[0].tobytes() for s in range(4)}
     assert len(results) == 4
     deg = np.diff(g.xadj)
-    pick = np.empty(g.n, dtype=np.int32)
     for seed in range(4):
-        uf._pick(*arrays(g), uf._cap(None), cc._seed_key(seed), pick)
+        pick = uf.cluster_picks(*arrays(g), None, seed)
         for u in range(g.n):
             nbrs = g.adjncy[g.xadj[u]:g.xadj[u + 1]]
             assert deg[pick[u]] == deg[nbrs].min()
@@ -199,8 +197,7 @@ def test_seed_changes_ties_only():
 
 def test_ineligible_neighbours_are_never_picked():
     g = with_vwgt(grid_graph((8, 8)), np.tile([1, 4], 32))
-    pick = np.empty(g.n, dtype=np.int32)
-    uf._pick(*arrays(g), 5, cc._seed_key(0), pick)
+    pick = uf.cluster_picks(*arrays(g), 5, 0)
     ok = pick >= 0
     assert np.all(g.vwgt[ok] + g.vwgt[pick[ok]] <= 5)
     assert np.all(pick[g.vwgt == 4] >= 0)  # every heavy vertex has a light neighbour

@@ -11,7 +11,7 @@
 #include "common.cuh"
 
 // ------------------------------------------------------------------------ HEM
-// Tie-break key of the undirected edge {u, v}: symmetric, seeded (coarsen_cpu._edge_hash).
+// Tie-break key of the undirected edge {u, v}: symmetric, seeded (coarsen_cpu.edge_hash).
 __device__ __forceinline__ u64 edge_hash(i64 u, i64 v, u64 seed) {
     u64 a = (u64)(u < v ? u : v);
     u64 b = (u64)(u < v ? v : u);

@@ -55,20 +55,24 @@ _NO_CAP = np.iinfo(np.int64).max
 
 # --------------------------------------------------------------------- hashing
 @nb.njit(inline="always", cache=True)
-def _edge_hash(u, v, seed):
-    """Tie-break key of the undirected edge {u, v}: symmetric in u, v, seeded."""
+def edge_hash(u, v, key):
+    """Tie-break hash of the undirected edge {u, v}: symmetric in ``u``, ``v``, seeded by
+    ``key`` (:func:`edge_hash_key`): ``mix64(((min << 32) | max) ^ key)``, a uint64. The
+    matching and the union-find clustering (and their CUDA twins) break ties with it."""
     a = min(u, v)
     b = max(u, v)
-    key = (np.uint64(a) << np.uint64(32)) | np.uint64(b)
-    return _mix64(key ^ seed)
+    return _mix64(((np.uint64(a) << np.uint64(32)) | np.uint64(b)) ^ key)
 
 
-def _seed_key(seed) -> np.uint64:
-    # any Python int (also negative or > 64 bit) maps to a well-mixed uint64
+def edge_hash_key(seed: int) -> np.uint64:
+    """The key of :func:`edge_hash` for ``seed``: any Python int (also negative or
+    wider than 64 bits) maps to a uint64."""
     return np.uint64(int(seed) % (1 << 64)) ^ np.uint64(0x9E3779B97F4A7C15)
 
 
-def _cap(max_vwgt) -> int:
+def weight_cap(max_vwgt: int | None) -> int:
+    """The coarse vertex weight cap of the kernels: ``max_vwgt``, or the largest int64
+    for ``None`` (no cap)."""
     return _NO_CAP if max_vwgt is None else int(max_vwgt)
 
 
@@ -109,9 +113,9 @@ def _hem_propose(xadj, adjncy, adjwgt, avail, cap, seed, todo, pref):
                 have_h = False
             elif r == best_r:
                 if not have_h:
-                    best_h = _edge_hash(u, best, seed)
+                    best_h = edge_hash(u, best, seed)
                     have_h = True
-                h = _edge_hash(u, v, seed)
+                h = edge_hash(u, v, seed)
                 if h > best_h or (h == best_h and v < best):
                     best = v
                     best_h = h
@@ -194,8 +198,8 @@ def heavy_edge_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0
     match = np.arange(n, dtype=np.int32)
     pref = np.full(n, -1, dtype=np.int32)
     avail = np.array(vwgt, dtype=np.int64)  # a copy: -1 marks matched vertices
-    _hem_rounds(xadj, adjncy, adjwgt, avail, _cap(max_vwgt), _seed_key(seed), int(max_rounds),
-                match, pref)
+    _hem_rounds(xadj, adjncy, adjwgt, avail, weight_cap(max_vwgt), edge_hash_key(seed),
+                int(max_rounds), match, pref)
     return match
 
 
@@ -351,7 +355,7 @@ def two_hop_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0, *
     limit = threshold * n
     if _unmatched(match) <= limit:
         return match
-    cap = _cap(max_vwgt)
+    cap = weight_cap(max_vwgt)
     anchor = np.empty(n, dtype=np.int32)
 
     _anchors(xadj, adjncy, adjwgt, match, 1, anchor)  # leaves
@@ -359,7 +363,7 @@ def two_hop_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0, *
     if _unmatched(match) <= limit:
         return match
 
-    _twin_matching(xadj, adjncy, vwgt, cap, _seed_key(seed), match)
+    _twin_matching(xadj, adjncy, vwgt, cap, edge_hash_key(seed), match)
     if _unmatched(match) <= limit:
         return match
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from .coarsen_cpu import HEM_MAX_ROUNDS, UNMATCHED_THRESHOLD, _cap, _seed_key
+from .coarsen_cpu import HEM_MAX_ROUNDS, UNMATCHED_THRESHOLD, edge_hash_key, weight_cap
 from ..gpu_common import BLOCK, MAX_BLOCKS, as_device, i64, kernel, launch
 
 __all__ = ["heavy_edge_matching", "two_hop_matching", "coarse_ids", "contract",
@@ -86,7 +86,7 @@ def _hem(xadj, adjncy, adjwgt, sfx, vwgt, max_vwgt, seed, max_rounds) -> cp.ndar
     pref = cp.full(n, -2, dtype=cp.int32)  # -2: not retired (yet)
     avail = cp.array(vwgt, dtype=cp.int64)  # a copy: -1 marks matched vertices
     progress = cp.zeros(max(int(max_rounds), 1), dtype=cp.int32)
-    cap, key = i64(_cap(max_vwgt)), _u64(_seed_key(seed))
+    cap, key = i64(weight_cap(max_vwgt)), _u64(edge_hash_key(seed))
     propose = kernel(_CU, f"hem_propose_{sfx}")
     resolve = kernel(_CU, "hem_resolve")
     for r in range(int(max_rounds)):
@@ -154,14 +154,14 @@ def two_hop_matching(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0, *
     limit = threshold * n
     if _unmatched(match) <= limit:
         return match
-    cap = i64(_cap(max_vwgt))
+    cap = i64(weight_cap(max_vwgt))
     anchor = cp.empty(n, dtype=cp.int32)
 
     _pair_by_anchor(xadj, adjncy, adjwgt, sfx, vwgt, cap, match, 1, anchor)  # leaves
     if _unmatched(match) <= limit:
         return match
 
-    _twin_matching(xadj, adjncy, vwgt, cap, _u64(_seed_key(seed)), match)
+    _twin_matching(xadj, adjncy, vwgt, cap, _u64(edge_hash_key(seed)), match)
     if _unmatched(match) <= limit:
         return match
 

@@ -9,7 +9,7 @@
 #include "common.cuh"
 
 // ----------------------------------------------------------------------- picks
-// Tie-break key of the undirected edge {u, v}: symmetric, seeded (coarsen_cpu._edge_hash).
+// Tie-break key of the undirected edge {u, v}: symmetric, seeded (coarsen_cpu.edge_hash).
 __device__ __forceinline__ u64 pair_hash(i64 u, i64 v, u64 seed) {
     u64 a = (u64)(u < v ? u : v);
     u64 b = (u64)(u < v ? v : u);
@@ -17,7 +17,7 @@ __device__ __forceinline__ u64 pair_hash(i64 u, i64 v, u64 seed) {
 }
 
 // pick[u] = best eligible neighbour of u by (w desc, deg asc, hash desc, id asc),
-// or -1 (unionfind_cpu._pick). The hash is computed only for exact (w, deg) ties,
+// or -1 (unionfind_cpu.cluster_picks). The hash is computed only for exact (w, deg) ties,
 // as on the CPU; it would not change the result if it were computed always.
 template <typename W>
 __device__ __forceinline__ void pick_body(i64 n, const i64* __restrict__ xadj,

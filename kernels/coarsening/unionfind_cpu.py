@@ -5,7 +5,7 @@ contracts whole connected groups of the picks, instead of pairs: far fewer level
 than a matching. One call of :func:`cluster_ids` computes the coarse ids of one
 level in four steps:
 
-1. **Pick** (:func:`_pick`). Every vertex ``u`` picks the eligible neighbour ``v``
+1. **Pick** (:func:`cluster_picks`). Every vertex ``u`` picks the eligible neighbour ``v``
    with the largest key ``(w(u,v), -deg(v), hash(u,v,seed), -v)``: the heaviest
    edge, then the neighbour of lower degree (G-kway's score ``c w(u,v) - deg(v)``
    with ``c >= max degree``, written lexicographically so that float weights work
@@ -52,9 +52,9 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from .coarsen_cpu import _cap, _edge_hash, _seed_key
+from .coarsen_cpu import edge_hash, edge_hash_key, weight_cap
 
-__all__ = ["cluster_ids"]
+__all__ = ["cluster_ids", "cluster_picks"]
 
 
 # ----------------------------------------------------------------------- picks
@@ -85,9 +85,9 @@ def _pick(xadj, adjncy, adjwgt, vwgt, cap, seed, pick):
                 have_h = False
             elif w == best_w and d == best_d:
                 if not have_h:
-                    best_h = _edge_hash(u, best, seed)
+                    best_h = edge_hash(u, best, seed)
                     have_h = True
-                h = _edge_hash(u, v, seed)
+                h = edge_hash(u, v, seed)
                 if h > best_h or (h == best_h and v < best):
                     best = v
                     best_h = h
@@ -303,18 +303,12 @@ def cluster_ids(xadj, adjncy, adjwgt, vwgt, max_vwgt: int | None = None,
     Vertex weights must be ``>= 0``. Every cluster is connected in the graph and
     weighs at most ``max_vwgt``, except a single vertex heavier than that on its own.
     """
-    xadj = np.ascontiguousarray(xadj, dtype=np.int64)
-    adjncy = np.ascontiguousarray(adjncy, dtype=np.int32)
-    adjwgt = np.ascontiguousarray(adjwgt)
-    if adjwgt.dtype.kind != "f":
-        adjwgt = adjwgt.astype(np.int64, copy=False)
-    vwgt = np.ascontiguousarray(vwgt, dtype=np.int64)
+    xadj, adjncy, adjwgt, vwgt = _inputs(xadj, adjncy, adjwgt, vwgt)
     n = xadj.size - 1
     if n <= 0:
         return np.zeros(0, dtype=np.int32), 0
-    cap = _cap(max_vwgt)
-    pick = np.empty(n, dtype=np.int32)
-    _pick(xadj, adjncy, adjwgt, vwgt, cap, _seed_key(seed), pick)
+    cap = weight_cap(max_vwgt)
+    pick = _picks(xadj, adjncy, adjwgt, vwgt, cap, seed)
     parent = np.empty(n, dtype=np.int32)
     _parents(pick, parent)
     root, depth = _jump(parent)
@@ -324,3 +318,32 @@ def cluster_ids(xadj, adjncy, adjwgt, vwgt, max_vwgt: int | None = None,
             root, _ = _jump(_split(parent, root, depth, tree_w, vwgt, cap))
     cmap, nc = _number(root)
     return cmap, int(nc)
+
+
+def cluster_picks(xadj, adjncy, adjwgt, vwgt, max_vwgt: int | None = None,
+                  seed: int = 0) -> np.ndarray:
+    """Step 1 of :func:`cluster_ids` alone: every vertex's pick (int32; -1: none).
+
+    ``pick[u]`` is the eligible neighbour ``v`` (``vwgt[u] + vwgt[v] <= max_vwgt``;
+    ``None``: no cap) with the largest key ``(w(u,v), -deg(v), edge_hash(u, v), -v)``
+    (module docstring). The GPU twin picks the same.
+    """
+    xadj, adjncy, adjwgt, vwgt = _inputs(xadj, adjncy, adjwgt, vwgt)
+    return _picks(xadj, adjncy, adjwgt, vwgt, weight_cap(max_vwgt), seed)
+
+
+def _inputs(xadj, adjncy, adjwgt, vwgt):
+    """Contiguous arrays of the kernels' dtypes (float edge weights stay float)."""
+    xadj = np.ascontiguousarray(xadj, dtype=np.int64)
+    adjncy = np.ascontiguousarray(adjncy, dtype=np.int32)
+    adjwgt = np.ascontiguousarray(adjwgt)
+    if adjwgt.dtype.kind != "f":
+        adjwgt = adjwgt.astype(np.int64, copy=False)
+    return xadj, adjncy, adjwgt, np.ascontiguousarray(vwgt, dtype=np.int64)
+
+
+def _picks(xadj, adjncy, adjwgt, vwgt, cap: int, seed: int) -> np.ndarray:
+    """:func:`_pick` into a new array, on prepared inputs."""
+    pick = np.empty(xadj.size - 1, dtype=np.int32)
+    _pick(xadj, adjncy, adjwgt, vwgt, cap, edge_hash_key(seed), pick)
+    return pick

@@ -39,7 +39,7 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
-from .coarsen_cpu import _cap, _seed_key
+from .coarsen_cpu import edge_hash_key, weight_cap
 from ..gpu_common import as_device, i64, kernel, launch
 
 __all__ = ["cluster_ids"]
@@ -143,10 +143,10 @@ def cluster_ids(xadj, adjncy, adjwgt, vwgt, max_vwgt: int | None = None,
     n = xadj.size - 1
     if n <= 0:
         return cp.zeros(0, dtype=cp.int32), 0
-    cap = _cap(max_vwgt)
+    cap = weight_cap(max_vwgt)
     pick = cp.empty(n, dtype=cp.int32)
     launch(kernel(_CU, f"uf_pick_{sfx}"), n, i64(n), xadj, adjncy, adjwgt, vwgt, i64(cap),
-           _u64(_seed_key(seed)), pick)
+           _u64(edge_hash_key(seed)), pick)
     parent = cp.empty(n, dtype=cp.int32)
     launch(kernel(_CU, "uf_parents"), n, i64(n), pick, parent)
     root, depth = _jump(parent)

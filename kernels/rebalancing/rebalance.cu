@@ -1,10 +1,10 @@
 // Jet rebalancing (weak and strong): the per-vertex kernels of kernels/rebalancing/rebalance_gpu.py,
-// twins of _rebalance_propose (and the block-weight / room bookkeeping) in jet_cpu.py.
+// twins of rebalance_propose (and the block-weight / room bookkeeping) in rebalance_cpu.py.
 // Outside the captured Jet loop the selection and assignment steps are sorts and prefix
 // sums done with CuPy; the loop's weak step selects with its own kernels (below).
 #include "common.cuh"
 
-// Gain bucket of a rebalancing move, bit-identical to jet_cpu._gain_bucket.
+// Gain bucket of a rebalancing move, bit-identical to rebalance_cpu.gain_bucket.
 // Positive gain -> 0, zero gain -> 1, a loss x = -gain / max(w, 1) -> 2 + the number of
 // thresholds below x. thr[j] (j = 0 .. nthr-1) is the largest double whose CPU bucket is
 // <= j + 2 (tabulated on the host from the CPU function itself), so the host's libm log
@@ -38,7 +38,7 @@ __device__ __forceinline__ int fallback_block(i64 u, int a, const i64* __restric
     return -1;
 }
 
-// One thread per vertex: the twin of jet_cpu._rebalance_propose.
+// One thread per vertex: the twin of rebalance_cpu.rebalance_propose.
 // A vertex of an overloaded block with vwgt < heavy[block] proposes its best-connected
 // adjacent block with dest_ok (ties: smallest id), else (fallback != 0) a hashed block
 // of the nearest level group, else -2 ("anywhere"). dest[u] = -1 marks non-candidates.
@@ -141,10 +141,10 @@ extern "C" __global__ void group_max_weight(const i64* __restrict__ grp,
 
 // ------------------------------------------------------------------ weak step in a loop
 // Weak rebalancing with fixed launch sizes and no host readback, for the captured Jet
-// loop (rebalance_gpu.WeakStep): the same moves as _weak_moves / weak_moves, selected
+// loop (rebalance_gpu.WeakStep): the same moves as rebalance_cpu.weak_moves / weak_moves, selected
 // without sorting. Every kernel skips unless gate[CTL_MODE] == MODE_WEAK.
 //
-// The CPU selection (_select_prefix) takes, per overloaded block, the candidates in
+// The CPU selection (rebalance_cpu.select_prefix) takes, per overloaded block, the candidates in
 // (bucket, id) order while the weight ordered before them is below the excess
 // bw - lmax. With before[j] = weight of the block's candidates in buckets < j and c =
 // the last bucket with before[c] < excess, every candidate of a bucket below c is
@@ -153,7 +153,7 @@ extern "C" __global__ void group_max_weight(const i64* __restrict__ grp,
 // over the vertices in id order, done in chunks (per-chunk block sums, a scan over the
 // chunks, then each chunk's vertices in order).
 
-// The block-level inputs of the proposal kernel, as _weak_moves computes them (same
+// The block-level inputs of the proposal kernel, as rebalance_cpu.weak_moves computes them (same
 // IEEE operations), by one thread; the whole grid zeroes wsum (k * nbuckets entries).
 extern "C" __global__ void weak_prep(const i64* __restrict__ bw, i64 k, i64 lmax,
                                      unsigned char* __restrict__ dest_ok,
@@ -300,7 +300,7 @@ extern "C" __global__ void weak_chunk_scan(const i64* __restrict__ cut, i64 k, i
 }
 
 // One warp per chunk, its vertices in id order, 32 at a time: the selection test of
-// _select_prefix; selected candidates get target[u] = dest[u] (target is -1 everywhere
+// select_prefix; selected candidates get target[u] = dest[u] (target is -1 everywhere
 // before). A candidate below its block's cut-off bucket is taken; those in the cut-off
 // bucket are tested one by one in id order against the running sum of the chunk.
 extern "C" __global__ void weak_select(const int* __restrict__ part, const int* __restrict__ dest,

@@ -1,11 +1,12 @@
 """Jet's weak and strong rebalancing on the GPU: the twins of the rebalancers in
-:mod:`procmap.kernels.refinement.jet_cpu` (``_weak_moves``, ``_strong_moves``, ``rebalance_weak``,
+:mod:`.rebalance_cpu` (``weak_moves``, ``strong_moves``, ``rebalance_weak``,
 ``rebalance_strong``), taking and returning CuPy arrays.
 
 Steps and how they relate to the CPU twin
 -----------------------------------------
-1. **Proposal** (``rebalance_propose`` in ``rebalancing/rebalance.cu``, one thread per vertex):
-   the twin of ``_rebalance_propose``. Connectivities are summed in neighbour order into
+1. **Proposal** (:func:`rebalance_propose`: the kernel ``rebalance_propose`` in
+   ``rebalancing/rebalance.cu``, one thread per vertex): the twin of
+   ``rebalance_cpu.rebalance_propose``. Connectivities are summed in neighbour order into
    a per-vertex table of ``deg(u)`` (block id, float64 sum) entries, in the thread's
    local memory or, for high degrees, in a :class:`.gpu_common.TableScratch`, so they
    are the CPU's sums bit for bit, with no cap on the degree. The best
@@ -15,17 +16,19 @@ Steps and how they relate to the CPU twin
    libm; CUDA's ``log`` may differ from it by an ulp, which moves exact powers of 1.5
    (a loss of 3 on a vertex of weight 2, say) into the next bucket. So the bucket
    boundaries are tabulated once on the host by bisection over doubles *with the CPU
-   function itself* (``_bucket_thresholds``), and the kernel counts the boundaries
+   function itself* (:func:`bucket_thresholds`), and the kernel counts the boundaries
    below ``x``. This is exact as long as the CPU bucket is monotone in ``x`` (it is:
    log, division and ceil are).
-3. **Selection** (twin of the sequential ``_select_prefix``): candidates are sorted by
+3. **Selection** (:func:`select_prefix`, twin of the sequential
+   ``rebalance_cpu.select_prefix``): candidates are sorted by
    the composite key ``(block, bucket, id)`` (one ``cp.argsort`` over int64; the ids
    make keys unique, so the order is deterministic), a segmented exclusive prefix sum
    of vertex weights gives the weight ordered before each candidate in its block, and
    a candidate is selected when that is below the block's excess ``bw - lmax``.
    That is the CPU's rule exactly, so :func:`weak_moves` is **bit-identical** to
-   ``_weak_moves`` (moves and the full ``dest`` array).
-4. **Strong assignment** replaces the sequential greedy ``_strong_assign``; the limit
+   ``rebalance_cpu.weak_moves`` (moves and the full ``dest`` array).
+4. **Strong assignment** (:func:`strong_assign`) replaces the sequential greedy
+   ``rebalance_cpu.strong_assign``; the limit
    loop and the room per block ``rem`` are the CPU's. **Not bit-identical**:
 
    * pass 1: per destination block, the selected vertices preferring it, in
@@ -62,7 +65,7 @@ Steps and how they relate to the CPU twin
    atomics), per block the cut-off bucket ``c`` below which every candidate is taken
    and above which none is, and for bucket ``c`` the weight of the earlier ids from
    a chunked in-order prefix sum. The same selection as step 3 without a sort:
-   **bit-identical** to ``_weak_moves``.
+   **bit-identical** to ``rebalance_cpu.weak_moves``.
 
 Determinism: keys are unique, integer atomics are order-independent, and no float
 reduction drives a decision, so the same input and seed give the same output.
@@ -79,7 +82,8 @@ import cupy as cp
 import numpy as np
 
 from .. import gpu_common as gc
-from ..refinement.jet_cpu import BUCKET_RATIO, MID_BUCKET, NUM_BUCKETS, _gain_bucket, _seed_key
+from ..common_cpu import seed_key
+from .rebalance_cpu import BUCKET_RATIO, MID_BUCKET, NUM_BUCKETS, gain_bucket
 
 _CU = "rebalancing/rebalance.cu"
 # Composite sort keys (segment, bucket, id): ids < 2^31, buckets < 64, segments < 2^26.
@@ -102,11 +106,11 @@ def _double_to_bits(x: float) -> int:
 
 def _cpu_loss_bucket(x: float) -> int:
     """The CPU bucket of a loss ``x`` per unit weight (gain ``-x`` on weight 1)."""
-    return int(_gain_bucket(-x, 1))
+    return int(gain_bucket(-x, 1))
 
 
 @functools.lru_cache(maxsize=None)
-def _bucket_thresholds() -> np.ndarray:
+def bucket_thresholds() -> np.ndarray:
     """``thr[j - 2]`` = the largest positive double whose CPU loss bucket is ``<= j``,
     for ``j = 2 .. NUM_BUCKETS - 2`` (bucket ``NUM_BUCKETS - 1`` is everything above).
 
@@ -159,11 +163,15 @@ def _sort_by_segment(ids: cp.ndarray, seg: cp.ndarray, bucket: cp.ndarray):
     return ids[order], seg[order]
 
 
-def _propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
-             valid_cum, valid_ids, seed_key, fallback, table=None):
-    """Run the proposal kernel; return ``(dest, bucket)`` (int32, length n)."""
+def rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
+                      valid_cum, valid_ids, key, fallback,
+                      table: gc.TableScratch | None = None) -> tuple[cp.ndarray, cp.ndarray]:
+    """Run the proposal kernel (step 1), the twin of ``rebalance_cpu.rebalance_propose``
+    with the same inputs as device arrays (``key``: its ``seed_key``; ``table``: the
+    kernel's scratch for this graph, made here when not given). Returns ``(dest,
+    bucket)`` (int32, length n), bit-identical to the CPU's."""
     n = part.size
-    thr = cp.asarray(_bucket_thresholds())
+    thr = cp.asarray(bucket_thresholds())
     if table is None:
         table = gc.TableScratch(xadj, 1)
     dest = cp.empty(n, dtype=cp.int32)
@@ -171,13 +179,14 @@ def _propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
     gc.launch(gc.kernel(_CU, "rebalance_propose"), n,
               xadj, adjncy, *gc.gain_weights(adjwgt), vwgt, part, bw, gc.i64(lmax), heavy, dest_ok,
               gc.i64(1 if fallback else 0), prefix, gc.i64(prefix.size),
-              valid_cum, valid_ids, np.uint64(seed_key), thr, gc.i64(thr.size), gc.i64(n),
+              valid_cum, valid_ids, np.uint64(key), thr, gc.i64(thr.size), gc.i64(n),
               table.offset, table.keys, table.vals, dest, bucket, _NO_GATE)
     return dest, bucket
 
 
-def _select_prefix(part, vwgt, dest, bucket, bw, lmax) -> cp.ndarray:
-    """Twin of ``_select_prefix``: ascending int64 ids of the selected candidates."""
+def select_prefix(part, vwgt, dest, bucket, bw, lmax) -> cp.ndarray:
+    """Step 3, the twin of ``rebalance_cpu.select_prefix``: ascending int64 ids of the
+    selected candidates (the vertices the CPU flags)."""
     cand = cp.flatnonzero(dest != -1)
     if cand.size == 0:
         return cand
@@ -254,8 +263,9 @@ def _place_level(left, size, part, vwgt, bucket, rem, target):
     return placed, ids
 
 
-def _strong_assign(part, vwgt, dest, bucket, chosen, rem, sizes, target) -> int:
-    """Parallel replacement of ``_strong_assign`` (module docstring, step 4).
+def strong_assign(part, vwgt, dest, bucket, chosen, rem, sizes, target) -> int:
+    """Parallel replacement of ``rebalance_cpu.strong_assign`` (module docstring, step 4)
+    for the selected ids ``chosen`` and the hierarchy's group sizes ``sizes``.
 
     Fills ``target`` (-1: no move), updates ``rem``; returns the number of moves.
     """
@@ -292,7 +302,7 @@ def _device_args(xadj, adjncy, adjwgt, vwgt, part, prefix, bw):
 def weak_moves(xadj: cp.ndarray, adjncy: cp.ndarray, adjwgt: cp.ndarray, vwgt: cp.ndarray,
                part: cp.ndarray, k: int, lmax: int, prefix: cp.ndarray, bw: cp.ndarray,
                seed: int, table: gc.TableScratch | None = None) -> tuple[cp.ndarray, cp.ndarray]:
-    """Weak rebalancing, bit-identical to ``jet_cpu._weak_moves``.
+    """Weak rebalancing, bit-identical to ``rebalance_cpu.weak_moves``.
 
     ``table``: the proposal kernel's scratch for this graph (``TableScratch(xadj, 1)``),
     made here when not given; a caller that rebalances repeatedly passes its own.
@@ -311,9 +321,9 @@ def weak_moves(xadj: cp.ndarray, adjncy: cp.ndarray, adjwgt: cp.ndarray, vwgt: c
     valid_cum[1:] = cp.cumsum(dest_ok, dtype=cp.int64)
     valid_ids = cp.flatnonzero(dest_ok).astype(cp.int32)
     heavy = 1.5 * (bw.astype(cp.float64) - opt)  # same IEEE operations as the CPU
-    dest, bucket = _propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
-                            valid_cum, valid_ids, _seed_key(seed), True, table)
-    moves = _select_prefix(part, vwgt, dest, bucket, bw, lmax)
+    dest, bucket = rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok,
+                                     prefix, valid_cum, valid_ids, seed_key(seed), True, table)
+    moves = select_prefix(part, vwgt, dest, bucket, bw, lmax)
     return moves.astype(cp.int32), dest
 
 
@@ -321,7 +331,7 @@ def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, adjwgt: cp.ndarray, vwgt:
                  part: cp.ndarray, k: int, lmax: int, prefix: cp.ndarray,
                  bw: cp.ndarray, table: gc.TableScratch | None = None
                  ) -> tuple[cp.ndarray, cp.ndarray]:
-    """Strong rebalancing with the thresholds and limit loop of ``jet_cpu._strong_moves``
+    """Strong rebalancing with the thresholds and limit loop of ``rebalance_cpu.strong_moves``
     and a parallel assignment (module docstring, step 4); ``table`` as for
     :func:`weak_moves`.
 
@@ -350,10 +360,11 @@ def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, adjwgt: cp.ndarray, vwgt:
             continue
         dest_ok = (rem > 0).astype(cp.uint8)
         heavy = cp.full(k, max_rem + 1, dtype=cp.float64)  # only vertices that fit somewhere
-        dest, bucket = _propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, prefix,
-                                cp.zeros(k + 1, dtype=cp.int64), no_ids, 0, False, table)
-        chosen = _select_prefix(part, vwgt, dest, bucket, bw, lmax)
-        if _strong_assign(part, vwgt, dest, bucket, chosen, rem, sizes, target):
+        dest, bucket = rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy,
+                                         dest_ok, prefix, cp.zeros(k + 1, dtype=cp.int64), no_ids,
+                                         0, False, table)
+        chosen = select_prefix(part, vwgt, dest, bucket, bw, lmax)
+        if strong_assign(part, vwgt, dest, bucket, chosen, rem, sizes, target):
             return cp.flatnonzero(target >= 0).astype(cp.int32), target
     return no_ids, target
 
@@ -361,7 +372,7 @@ def strong_moves(xadj: cp.ndarray, adjncy: cp.ndarray, adjwgt: cp.ndarray, vwgt:
 class WeakStep:
     """Weak rebalancing as fixed-size kernels without host readbacks, for the captured
     Jet loop (``rebalancing/rebalance.cu``, "weak step in a loop"): the moves of
-    :func:`weak_moves` (so of ``jet_cpu._weak_moves``, bit for bit), selected without
+    :func:`weak_moves` (so of ``rebalance_cpu.weak_moves``, bit for bit), selected without
     sorting and written into a target array. Buffers are allocated once per graph;
     every kernel skips itself unless the loop's control block says a weak iteration.
     """
@@ -381,7 +392,7 @@ class WeakStep:
         self.nchunks = max(1, min(-(-n // 256), (1 << 22) // max(k, 1)))
         self.span = max(1, -(-n // self.nchunks))
         self.csum = cp.empty(self.nchunks * k, dtype=cp.int64)
-        self.thr = cp.asarray(_bucket_thresholds())
+        self.thr = cp.asarray(bucket_thresholds())
         for name in self.KERNELS:  # loaded now: module loading is no work to capture
             gc.kernel(_CU, name)
 
@@ -402,7 +413,7 @@ class WeakStep:
                   xadj, adjncy, *gc.gain_weights(adjwgt), vwgt, part, bw, i64(lmax), self.heavy,
                   self.dest_ok,
                   i64(1), prefix, i64(prefix.size), self.valid_cum, self.valid_ids,
-                  np.uint64(_seed_key(seed)), self.thr, i64(self.thr.size), i64(n),
+                  np.uint64(seed_key(seed)), self.thr, i64(self.thr.size), i64(n),
                   table.offset, table.keys, table.vals, self.dest, self.bucket, gate)
         gc.launch(fn("weak_bucket_sums"), n, part, self.dest, self.bucket, vwgt, i64(n), i64(k),
                   i64(nb), self.wsum, gate, max_blocks=gc.HISTOGRAM_BLOCKS)
@@ -420,7 +431,7 @@ class WeakStep:
 
 def _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix):
     """Device arrays of the kernels' dtypes; edge weights int64 or float64 (the gain
-    kernels read both as float64, as the CPU's ``_as_float``)."""
+    kernels read both as float64, as the CPU's ``common_cpu.float_weights``)."""
     return (gc.as_device(xadj, cp.int64), gc.as_device(adjncy, cp.int32),
             gc.gain_weights(adjwgt)[0], gc.as_device(vwgt, cp.int64),
             gc.as_device(part, cp.int32), gc.as_device(prefix, cp.int64))
@@ -428,7 +439,7 @@ def _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix):
 
 def rebalance_weak(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, *,
                    seed: int = 0) -> tuple[cp.ndarray, cp.ndarray]:
-    """Jet's weak rebalancing (``jet_cpu.rebalance_weak``, bit-identical).
+    """Jet's weak rebalancing (``rebalance_cpu.rebalance_weak``, bit-identical).
 
     Returns ``(vertices, targets)``: ascending int32 ids and their destinations.
     """
@@ -440,7 +451,7 @@ def rebalance_weak(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, 
 
 def rebalance_strong(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int,
                      prefix) -> tuple[cp.ndarray, cp.ndarray]:
-    """Strong rebalancing (``jet_cpu.rebalance_strong`` with the parallel assignment).
+    """Strong rebalancing (``rebalance_cpu.rebalance_strong`` with the parallel assignment).
 
     Returns ``(vertices, targets)``: ascending int32 ids and their destinations.
     """

@@ -1,5 +1,5 @@
 // Independent-set refinement (G-kway): the CUDA kernels of kernels/refinement/isr_gpu.py, twins of
-// _isr_propose, _isr_independent and _prefix_select in kernels/refinement/isr_cpu.py. The sorts and
+// isr_propose, isr_independent and isr_prefix_fit in kernels/refinement/jet_cpu.py. The sorts and
 // prefix sums between them are CuPy calls. All launches cover n, 2n or k items (never a
 // data-dependent count), and every kernel is a grid-stride loop.
 //
@@ -17,7 +17,7 @@
 #define LLONG_MAX_ 0x7FFFFFFFFFFFFFFFLL
 
 // ------------------------------------------------------------------ step 1: candidates
-// Twin of isr_cpu._isr_propose: best legal destination (gain > 0, vwgt[u] + bw[dst] <=
+// Twin of jet_cpu.isr_propose: best legal destination (gain > 0, vwgt[u] + bw[dst] <=
 // lmax; largest gain, then smallest block) of every boundary vertex. div[t] = P_t
 // (P_0 = 1), delta[t] = d_{t+1} - d_t; nlev = 1 in cut mode. Writes dest (-1: none), gain.
 extern "C" __global__ void isr_propose(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
@@ -71,12 +71,12 @@ extern "C" __global__ void isr_propose(const i64* __restrict__ xadj, const int* 
 
 // ------------------------------------------------------------------ step 2: independent set
 // Twin of isr_cpu.step_key: the hash key of ISR step `step` from the seed's key
-// (jet_cpu._seed_key), in wrapping 64-bit arithmetic as the host's masked Python ints.
+// (common_cpu.seed_key), in wrapping 64-bit arithmetic as the host's masked Python ints.
 __device__ __forceinline__ u64 isr_step_key(u64 seed_key, i64 step) {
     return mix64(seed_key + 0x9E3779B97F4A7C15ULL * (u64)(step + 1));
 }
 
-// Twin of isr_cpu._isr_independent: a candidate is selected when its priority (larger
+// Twin of jet_cpu.isr_independent: a candidate is selected when its priority (larger
 // gain, then larger mix64(id ^ key)) beats every candidate neighbour, key =
 // isr_step_key(seed_key, *step). Reads only dest and gain, so the result does not depend
 // on thread scheduling.

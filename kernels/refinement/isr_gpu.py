@@ -69,13 +69,14 @@ from __future__ import annotations
 import cupy as cp
 import numpy as np
 
+from ..common_cpu import seed_key
 from ..gpu_common import TableScratch, as_device, i64, kernel, launch
 from .isr_cpu import HARD_CAP, step_key
-from .jet_cpu import _seed_key
 from .jet_gpu import (MODE_LP, MODE_STRONG, MODE_WEAK, _Graph, _State, block_weights, cost,
                       refine)
 
-__all__ = ["HARD_CAP", "block_weights", "cost", "isr_moves", "isr_refine", "step_key"]
+__all__ = ["HARD_CAP", "block_weights", "cost", "isr_moves", "isr_refine",
+           "isr_refine_with_stats", "step_key"]
 
 _SRC = "refinement/isr.cu"
 _NO_GATE = np.uint64(0)  # null control-block pointer: the kernels always run
@@ -115,7 +116,7 @@ class _ISR:
                i64(g.n), i64(k), i64(g.nlev), i64(g.cut_mode), self.table.offset,
                self.table.keys, self.table.vals, self.dest, self.gain, gate)
         launch(kernel(_SRC, "isr_independent"), g.n,
-               g.xadj, g.adjncy, self.dest, self.gain, np.uint64(_seed_key(seed)), step,
+               g.xadj, g.adjncy, self.dest, self.gain, np.uint64(seed_key(seed)), step,
                i64(g.n), self.sel, gate)
 
     def select(self, g: _Graph, part, bw, k: int, lmax: int, target, gate=None) -> None:
@@ -191,9 +192,11 @@ def isr_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, step=0
     return ids.astype(cp.int32), isr.dest[ids], isr.gain[ids]
 
 
-def _refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, max_iters=12,
-            phi=0.999, max_weak=2, seed=0):
-    """:func:`isr_refine` with statistics (``isr_cpu._refine``'s): ``(part, cost, stats)``."""
+def isr_refine_with_stats(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist, *,
+                          max_iters: int = 12, phi: float = 0.999, max_weak: int = 2,
+                          seed: int = 0) -> tuple[cp.ndarray, float, dict[str, int]]:
+    """:func:`isr_refine` with statistics: ``(part, cost, stats)``, the counts of
+    ``isr_cpu.isr_refine_with_stats``."""
     g = _Graph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
     best, best_cost, state = refine(g, part, k, lmax, lambda g: _ISRRound(g, int(k), seed),
                                     (None,), max_iters=max_iters, phi=phi, max_weak=max_weak,
@@ -218,6 +221,7 @@ def isr_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     boundary vertex each step).
     """
     del filter_ratio, incremental
-    best, best_cost, _ = _refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist,
-                                 max_iters=max_iters, phi=phi, max_weak=max_weak, seed=seed)
+    best, best_cost, _ = isr_refine_with_stats(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix,
+                                               dist, max_iters=max_iters, phi=phi,
+                                               max_weak=max_weak, seed=seed)
     return best, best_cost

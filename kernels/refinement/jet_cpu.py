@@ -1,4 +1,4 @@
-"""Jet refinement (CPU twins of the GPU kernels): label propagation and rebalancing.
+"""Jet refinement (CPU twins of the GPU kernels): label propagation and the refinement loop.
 
 This is the refinement of Jet (Gilbert et al.) as adapted to process mapping by
 GPU-HeiPa (GPU-IM paper, section 4.2, Algorithms 4-6):
@@ -7,10 +7,11 @@ GPU-HeiPa (GPU-IM paper, section 4.2, Algorithms 4-6):
   proposes its best adjacent block, the proposals pass a filter, an "afterburner"
   re-evaluates each proposal assuming the higher-priority proposals among its
   neighbours were already executed, and the survivors move (balance ignored).
-* :func:`rebalance_weak` / :func:`rebalance_strong` -- move the cheapest vertices
-  (approximately sorted by loss with log-spaced buckets) out of overloaded blocks.
-  Weak may overload a destination; strong never fills a destination past its
-  limit, so it always makes progress when a feasible move exists.
+* Weak and strong rebalancing (``rebalancing/rebalance_cpu.py``) move the cheapest
+  vertices (approximately sorted by loss with log-spaced buckets) out of overloaded
+  blocks; the loop runs them as its rebalancing rounds. Weak may overload a
+  destination; strong never fills a destination past its limit, so it always makes
+  progress when a feasible move exists.
 * :func:`jet_refine` -- the overall loop (Algorithm 6) that alternates the three
   and keeps the best partition seen; :func:`ultra_refine` chains it over Jet's
   "ultra" schedule of filter ratios.
@@ -68,27 +69,20 @@ from collections import namedtuple
 import numba as nb
 import numpy as np
 
-from ..common_cpu import (clear_connectivity, connectivity_gain, group_table, level_tables,
-                         on_boundary, scatter_connectivity, table_distance, table_level)
+from ..common_cpu import (clear_connectivity, connectivity_gain, float_weights, group_table,
+                          largest, level_tables, num_chunks, on_boundary, refinement_inputs,
+                          scatter_connectivity, seed_key, table_distance, table_level,
+                          use_threads)
 from ..common_cpu import mix64 as _mix64
 from ..objective.objective_cpu import level_traffic, pe_loads
+from ..rebalancing.rebalance_cpu import strong_select, weak_select
 
 # ------------------------------------------------------------------ constants
-#: Rebalancing sorts candidate moves approximately into this many gain buckets
-#: (Jet / GPU-HeiPa: 50 buckets, loss buckets centred on bucket 25).
-NUM_BUCKETS = 50
-MID_BUCKET = 25
-#: Loss buckets are log-spaced with this ratio (loss per unit of vertex weight).
-BUCKET_RATIO = 1.5
-
 #: Jet's "ultra" schedule: 17 refinement passes with these filter ratios. This and
 #: :func:`filter_schedule` are the kernels' defaults for direct calls; the engines take
 #: the schedule from ``procmap.engines.context.RefinementContext`` (a test keeps the two
 #: equal).
 ULTRA_FILTER_RATIOS = tuple(round(0.85 - 0.05 * i, 2) for i in range(17))
-
-_LOG_RATIO = math.log(BUCKET_RATIO)
-
 
 def filter_schedule(*, ultra: bool = False, finest: bool = True) -> tuple[float, ...]:
     """Filter ratios of the refinement passes on one level (Jet / GPU-HeiPa).
@@ -102,52 +96,11 @@ def filter_schedule(*, ultra: bool = False, finest: bool = True) -> tuple[float,
     return (0.25,) if finest else (0.75,)
 
 
-def _num_chunks(n: int, k: int) -> int:
-    """Chunks of the parallel loops: a function of ``n`` and ``k`` only.
-
-    Chunks own per-chunk scratch of ``O(k * l)`` entries, so a chunk spans at least
-    ``2k`` vertices (zeroing the scratch costs less than the work); independence of
-    the thread count keeps float reductions bit-identical across thread counts.
-    """
-    span = max(2048, 2 * k)
-    return max(1, min(-(-n // span), 4096))
-
-
-# ------------------------------------------------------------------ helpers
-def _seed_key(seed: int) -> np.uint64:
-    return np.uint64((int(seed) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64)
-
-
-@nb.njit(inline="always", cache=True)
-def _gain_bucket(gain, w):
-    """Bucket of a rebalancing move: 0 = positive gain, 1 = zero gain, then losses.
-
-    A loss ``x`` per unit of vertex weight lands in ``MID + ceil(log_1.5 x)``, clamped
-    to ``[2, NUM_BUCKETS - 1]``: buckets are finer for small losses, which are the
-    ones that get picked when a block needs only a few moves. Dividing by the
-    weight prefers heavy vertices that shed a lot of weight per unit of loss.
-    """
-    if gain > 0.0:
-        return 0
-    if gain == 0.0:
-        return 1
-    x = -gain / max(w, 1)
-    b = MID_BUCKET + int(math.ceil(math.log(x) / _LOG_RATIO))
-    if b < 2:
-        return 2
-    if b > NUM_BUCKETS - 1:
-        return NUM_BUCKETS - 1
-    return b
-
-
 # ------------------------------------------------------------------ objective
-def _traffic(xadj, adjncy, adjwgt, part, prefix, k) -> np.ndarray:
-    """Traffic per level (index 0 = inside a block), the objective kernel's own."""
-    return level_traffic(xadj, adjncy, adjwgt, part, prefix)
-
-
-def _cost_of(traffic, dist) -> float:
-    """``J = sum_t d_t * traffic[t]`` (traffic[0] stays inside blocks).
+def traffic_cost(traffic, dist) -> float:
+    """``J = sum_t d_t * traffic[t]`` from the traffic per level ``traffic``
+    (``objective_cpu.level_traffic``: traffic[0] stays inside blocks) and the
+    distances ``dist``; the GPU loop reports its costs through it too.
 
     Summed left to right from 0: :data:`_cost_nb`, the compiled twin used inside
     the refinement loop, must produce the very same float.
@@ -178,25 +131,8 @@ def _judge(cost, maxw, best_cost, best_maxw, lmax, phi) -> tuple[bool, bool]:
 
 
 # compiled twins of the host helpers, for the refinement loop (one definition each)
-_cost_nb = nb.njit(cache=True)(_cost_of)
+_cost_nb = nb.njit(cache=True)(traffic_cost)
 _judge_nb = nb.njit(cache=True)(_judge)
-_chunks_nb = nb.njit(cache=True)(_num_chunks)
-
-
-@nb.njit(cache=True, nogil=True)
-def _largest(a):
-    """``a.max()`` of a non-empty array (as a loop: NumPy's reduction costs seconds of
-    compile time in every caller)."""
-    top = a[0]
-    for x in a:
-        if x > top:
-            top = x
-    return top
-
-
-def _parallel() -> bool:
-    """Whether kernels of more than one chunk should use the thread pool."""
-    return nb.get_num_threads() > 1
 
 
 def block_weights(part, vwgt, k: int) -> np.ndarray:
@@ -213,8 +149,8 @@ def cost(xadj, adjncy, adjwgt, part, prefix, dist) -> float:
     prefix = np.asarray(prefix, dtype=np.int64)
     dist = np.asarray(dist, dtype=np.float64)
     part = np.asarray(part, dtype=np.int32)
-    traffic = _traffic(xadj, adjncy, np.asarray(adjwgt), part, prefix, int(prefix[-1]))
-    return _cost_of(traffic, dist)
+    traffic = level_traffic(xadj, adjncy, np.asarray(adjwgt), part, prefix)
+    return traffic_cost(traffic, dist)
 
 
 # ------------------------------------------------------------------ label propagation
@@ -281,7 +217,7 @@ def _lp_propose(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_rati
 def _propose_any(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_ratio, locked,
                  active, par, dest, gain):
     """:func:`_lp_propose`, on the thread pool only when ``par`` and several chunks."""
-    nchunks = _chunks_nb(active.size, k)
+    nchunks = num_chunks(active.size, k)
     if par and nchunks > 1:
         _lp_propose(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, filter_ratio, locked,
                     active, nchunks, dest, gain)
@@ -351,41 +287,47 @@ def _afterburn_list(xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain,
                                                    cut_mode, dest, gain)
 
 
-def _as_float(adjwgt):
-    """Gains are float64 anyway: one compiled variant of the gain kernels serves
-    integer and float weights (costs stay exact in the weights' own dtype)."""
-    return adjwgt if adjwgt.dtype == np.float64 else adjwgt.astype(np.float64)
+def lp_proposals(xadj, adjncy, adjwgt, part, k: int, prefix, dist, *, locked=None,
+                 filter_ratio: float = 0.25) -> tuple[np.ndarray, np.ndarray]:
+    """The first filter of Algorithm 4 for every vertex: its best adjacent block and gain.
 
-
-def _lp_moves(xadj, adjncy, adjwgt, part, k, prefix, dist, locked, filter_ratio, active=None,
-              dest=None, gain=None):
-    """Run both LP kernels; return ``(moved vertices, full dest array)``.
-
-    ``active`` (default: every vertex) lists the vertices whose proposal is
-    recomputed; the others keep theirs from ``dest``/``gain`` (arrays kept by the
-    caller between rounds). A proposal depends only on the blocks of the vertex and
-    its neighbours and on its lock, so a caller that lists every vertex for which
-    one of these changed gets exactly the result of a full evaluation. (The
-    refinement loop runs :func:`_lp_round` instead; tests hold the two equal.)
+    Returns ``(dest, gain)``: int32 ``dest[u]`` (-1: no candidate; locked vertices and
+    vertices without a neighbour in another block have none) and float64 ``gain[u]``
+    of the vertices with a destination (0 at the others). Gains are in edge weight in
+    cut mode (``len(prefix) == 1``: ``conn(b) - conn(own)``, a candidate when ``>= 0``
+    or when ``-gain < floor(filter_ratio * conn(own))``) and paper equation 1 otherwise
+    (a candidate when ``>= 0``); ties go to the smaller block id. These are the
+    proposals that :func:`jet_lp`'s afterburner then judges, bit-identical to the GPU
+    twin's. ``part`` is not modified.
     """
-    n = part.size
-    cut_mode = prefix.size == 1
+    xadj, adjncy, adjwgt, _, part, prefix, dist = refinement_inputs(xadj, adjncy, adjwgt, None,
+                                                                    part, prefix, dist)
+    locked = _locks(locked, part.size)
     grp, delta = level_tables(prefix, dist)
-    adjwgt = _as_float(adjwgt)
-    if active is None:
-        active = np.arange(n, dtype=np.int32)
-        dest = np.empty(n, dtype=np.int32)
-        gain = np.empty(n, dtype=np.float64)
-    _lp_propose(xadj, adjncy, adjwgt, part, k, grp, delta, cut_mode, float(filter_ratio),
-                locked, active, _num_chunks(active.size, k), dest, gain)
-    nchunks = _num_chunks(n, k)
-    move = np.empty(n, dtype=np.uint8)
-    _lp_afterburn(xadj, adjncy, adjwgt, part, grp, dist, cut_mode, dest, gain, nchunks, move)
-    return np.flatnonzero(move).astype(np.int32), dest
+    return _proposals(xadj, adjncy, float_weights(adjwgt), part, int(k), grp, delta,
+                      prefix.size == 1, locked, filter_ratio)
 
 
-def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None, filter_ratio=0.25):
-    """Unconstrained label propagation (paper Algorithm 4 with Jet's filter).
+def _locks(locked, n: int) -> np.ndarray:
+    """``locked`` as the kernels' uint8 array (``None``: nothing locked)."""
+    return (np.zeros(n, dtype=np.uint8) if locked is None
+            else np.ascontiguousarray(locked, dtype=np.uint8))
+
+
+def _proposals(xadj, adjncy, fwgt, part, k, grp, delta, cut_mode, locked, filter_ratio):
+    """:func:`lp_proposals` on prepared inputs (``fwgt``: float64 weights)."""
+    n = part.size
+    dest = np.empty(n, dtype=np.int32)
+    gain = np.empty(n, dtype=np.float64)
+    _lp_propose(xadj, adjncy, fwgt, part, k, grp, delta, cut_mode, float(filter_ratio), locked,
+                np.arange(n, dtype=np.int32), num_chunks(n, k), dest, gain)
+    return dest, gain
+
+
+def jet_lp(xadj, adjncy, adjwgt, part, k: int, prefix, dist, *, locked=None,
+           filter_ratio: float = 0.25) -> tuple[np.ndarray, np.ndarray]:
+    """Unconstrained label propagation (paper Algorithm 4 with Jet's filter): the
+    proposals of :func:`lp_proposals`, then the afterburner (:func:`_lp_afterburn`).
 
     Parameters
     ----------
@@ -397,368 +339,19 @@ def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None, filter_r
     Returns ``(vertices, targets)``: ascending int32 ids of the vertices to move and
     their destination blocks. Balance is ignored.
     """
-    xadj, adjncy, adjwgt, _, part, prefix, dist = _prepare(xadj, adjncy, adjwgt, None, part,
-                                                           prefix, dist)
-    locked = (np.zeros(part.size, dtype=np.uint8) if locked is None
-              else np.ascontiguousarray(locked, dtype=np.uint8))
-    moves, dest = _lp_moves(xadj, adjncy, adjwgt, part, int(k), prefix, dist, locked, filter_ratio)
+    xadj, adjncy, adjwgt, _, part, prefix, dist = refinement_inputs(xadj, adjncy, adjwgt, None,
+                                                                    part, prefix, dist)
+    k = int(k)
+    cut_mode = prefix.size == 1
+    grp, delta = level_tables(prefix, dist)
+    fwgt = float_weights(adjwgt)
+    dest, gain = _proposals(xadj, adjncy, fwgt, part, k, grp, delta, cut_mode,
+                            _locks(locked, part.size), filter_ratio)
+    move = np.empty(part.size, dtype=np.uint8)
+    _lp_afterburn(xadj, adjncy, fwgt, part, grp, dist, cut_mode, dest, gain,
+                  num_chunks(part.size, k), move)
+    moves = np.flatnonzero(move).astype(np.int32)
     return moves, dest[moves]
-
-
-# ------------------------------------------------------------------ rebalancing
-@nb.njit(cache=True, nogil=True)
-def _rebalance_range(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, fallback,
-                     prefix, valid_cum, valid_ids, seed_key, lo, hi, conn, seen, touched, dest,
-                     bucket):
-    """:func:`_rebalance_propose` for the vertices ``lo <= u < hi`` with the caller's
-    scratch: ``conn`` all zero (left so), ``seen`` not yet stamped with these ids."""
-    nlev = prefix.size
-    for u in range(lo, hi):
-        dest[u] = -1
-        bucket[u] = 0
-        a = part[u]
-        if bw[a] <= lmax or not vwgt[u] < heavy[a]:
-            continue
-        # interior vertices (most of an overloaded block) have no adjacent block:
-        # sum their weight in edge order (the float conn[a] would get) and skip
-        # the scatter
-        own = 0.0
-        interior = True
-        for e in range(xadj[u], xadj[u + 1]):
-            if part[adjncy[e]] != a:
-                interior = False
-                break
-            own += float(adjwgt[e])
-        best_b = -1
-        best_c = 0.0
-        if not interior:
-            nt = 0
-            for e in range(xadj[u], xadj[u + 1]):
-                b = part[adjncy[e]]
-                if seen[b] != u:
-                    seen[b] = u
-                    touched[nt] = b
-                    nt += 1
-                conn[b] += float(adjwgt[e])
-            own = conn[a]
-            for i in range(nt):
-                b = touched[i]
-                if b != a and dest_ok[b] and (best_b < 0 or conn[b] > best_c
-                                              or (conn[b] == best_c and b < best_b)):
-                    best_b = b
-                    best_c = conn[b]
-            for i in range(nt):
-                conn[touched[i]] = 0.0
-        if best_b < 0:
-            best_c = 0.0
-            if fallback:
-                for t in range(nlev):
-                    size = prefix[t]
-                    glo = (a // size) * size
-                    cnt = valid_cum[glo + size] - valid_cum[glo]
-                    if cnt > 0:
-                        h = _mix64(np.uint64(u) ^ seed_key)
-                        j = np.int64(h % np.uint64(cnt))
-                        best_b = valid_ids[valid_cum[glo] + j]
-                        break
-                if best_b < 0:
-                    continue  # no block can take anything
-            else:
-                best_b = -2
-        dest[u] = best_b
-        bucket[u] = _gain_bucket(best_c - own, vwgt[u])
-
-
-@nb.njit(parallel=True, cache=True, nogil=True)
-def _rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok,
-                       fallback, prefix, valid_cum, valid_ids, seed_key, nchunks, dest, bucket):
-    """Per-vertex move proposal of the rebalancers (cut-based loss, as GPU-HeiPa).
-
-    A vertex of an overloaded block with ``vwgt < heavy[block]`` proposes the
-    best-connected adjacent block ``b`` with ``dest_ok[b]`` (ties: smallest id). The
-    gain is ``conn(b) - conn(own)``. Without such a neighbour block it proposes:
-    with ``fallback``, a block with ``dest_ok`` from the nearest level group of its
-    own block that holds one (hash of vertex and seed picks among them); without,
-    ``-2`` ("anywhere", assigned later) -- both with gain ``-conn(own)``.
-    ``dest[u] = -1`` marks non-candidates. ``bucket[u]`` is the gain bucket.
-    """
-    n = part.size
-    for c in nb.prange(nchunks):
-        conn = np.zeros(k)
-        seen = np.full(k, -1, dtype=np.int64)
-        touched = np.empty(k, dtype=np.int32)
-        _rebalance_range(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, fallback,
-                         prefix, valid_cum, valid_ids, seed_key, c * n // nchunks,
-                         (c + 1) * n // nchunks, conn, seen, touched, dest, bucket)
-
-
-@nb.njit(cache=True, nogil=True)
-def _rebalance_any(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok, fallback,
-                   prefix, valid_cum, valid_ids, seed_key, par, dest, bucket):
-    """:func:`_rebalance_propose`, on the thread pool only when ``par`` and several chunks."""
-    n = part.size
-    nchunks = _chunks_nb(n, k)
-    if par and nchunks > 1:
-        _rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok,
-                           fallback, prefix, valid_cum, valid_ids, seed_key, nchunks, dest,
-                           bucket)
-        return
-    # proposals are per vertex, so one serial pass equals any chunking
-    conn = np.zeros(k)
-    seen = np.full(k, -1, dtype=np.int64)
-    touched = np.empty(k, dtype=np.int32)
-    # np.int64(0), not 0: a literal argument would compile the callee once more
-    _rebalance_range(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, heavy, dest_ok, fallback,
-                     prefix, valid_cum, valid_ids, seed_key, np.int64(0), n, conn, seen, touched,
-                     dest, bucket)
-
-
-@nb.njit(cache=True, nogil=True)
-def _select_prefix(part, vwgt, dest, bucket, bw, lmax, k, nbuckets, selected):
-    """Per overloaded block, select the candidates that restore its weight.
-
-    Candidates are ordered by (bucket, vertex id); a candidate is selected when the
-    weight ordered before it in its block is still below the block's excess
-    ``bw - lmax``. Sequential, O(n + overloaded blocks * buckets).
-    """
-    n = part.size
-    slot = np.full(k, -1, dtype=np.int64)
-    nover = 0
-    for b in range(k):
-        if bw[b] > lmax:
-            slot[b] = nover
-            nover += 1
-    wsum = np.zeros(nover * nbuckets, dtype=np.int64)
-    for u in range(n):
-        if dest[u] != -1:
-            wsum[slot[part[u]] * nbuckets + bucket[u]] += vwgt[u]
-    before = np.zeros(nover * nbuckets, dtype=np.int64)  # weight of earlier buckets
-    excess = np.zeros(nover, dtype=np.int64)
-    for b in range(k):
-        o = slot[b]
-        if o < 0:
-            continue
-        excess[o] = bw[b] - lmax
-        s = 0
-        for j in range(nbuckets):
-            before[o * nbuckets + j] = s
-            s += wsum[o * nbuckets + j]
-    running = np.zeros(nover * nbuckets, dtype=np.int64)  # weight earlier in own bucket
-    count = 0
-    for u in range(n):
-        selected[u] = 0
-        if dest[u] == -1:
-            continue
-        o = slot[part[u]]
-        key = o * nbuckets + bucket[u]
-        if before[key] + running[key] < excess[o]:
-            selected[u] = 1
-            count += 1
-        running[key] += vwgt[u]
-    return count
-
-
-@nb.njit(cache=True, nogil=True)
-def _strong_assign(part, vwgt, dest, bucket, selected, rem, prefix, nbuckets, target):
-    """Give every selected vertex a destination with room (never past ``rem``).
-
-    Vertices are visited in (bucket, id) order. Pass 1 keeps the preferred,
-    connected destination where it still has room. Pass 2 sends the rest to the
-    nearest block with room: the level groups around the source block are searched
-    from the smallest up (group capacity sums skip full groups; a cursor per group
-    makes the scan round-robin and amortised O(1) for unit weights). Vertices that
-    fit nowhere stay. Returns the number of moves; ``target[u] = -1`` for no move.
-    """
-    n = part.size
-    k = rem.size
-    nlev = prefix.size
-    # (bucket, id) order by counting sort over the selected vertices
-    cnt = np.zeros(nbuckets + 1, dtype=np.int64)
-    for u in range(n):
-        target[u] = -1
-        if selected[u]:
-            cnt[bucket[u] + 1] += 1
-    for j in range(nbuckets):
-        cnt[j + 1] += cnt[j]
-    order = np.empty(cnt[nbuckets], dtype=np.int64)
-    for u in range(n):
-        if selected[u]:
-            order[cnt[bucket[u]]] = u
-            cnt[bucket[u]] += 1
-    gsum = np.zeros((nlev, k), dtype=np.int64)   # room per level-t group
-    cursor = np.zeros((nlev, k), dtype=np.int64)
-    for b in range(k):
-        if rem[b] > 0:
-            for t in range(nlev):
-                gsum[t, b // prefix[t]] += rem[b]
-    moved = 0
-    for i in range(order.size):                  # pass 1: connected destinations
-        u = order[i]
-        b = dest[u]
-        w = vwgt[u]
-        if b >= 0 and rem[b] >= w:
-            target[u] = b
-            rem[b] -= w
-            for t in range(nlev):
-                gsum[t, b // prefix[t]] -= w
-            moved += 1
-    for i in range(order.size):                  # pass 2: nearest block with room
-        u = order[i]
-        if target[u] >= 0:
-            continue
-        a = part[u]
-        w = vwgt[u]
-        for t in range(nlev):
-            size = prefix[t]
-            g = a // size
-            if gsum[t, g] < w:
-                continue
-            found = -1
-            start = cursor[t, g]
-            for s in range(size):
-                off = (start + s) % size
-                b = g * size + off
-                if rem[b] >= w:
-                    found = b
-                    cursor[t, g] = off
-                    break
-            if found >= 0:
-                target[u] = found
-                rem[found] -= w
-                for tt in range(nlev):
-                    gsum[tt, found // prefix[tt]] -= w
-                moved += 1
-                break
-    return moved
-
-
-@nb.njit(cache=True, nogil=True)
-def _weak_select(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, seed_key, par, dest,
-                 bucket, selected):
-    """Weak rebalancing (paper Algorithm 5): proposals in ``dest``/``bucket``, the
-    chosen movers flagged in ``selected``; returns their number."""
-    opt = float(bw.sum()) / k
-    # Destinations stay below sigma (Jet: 0.99 * Lmax, but at least Lmax - 100) so
-    # that a block can take several vertices before it overflows.
-    sigma = max(0.99 * lmax, lmax - 100.0)
-    dest_ok = np.empty(k, dtype=np.uint8)
-    valid_cum = np.zeros(k + 1, dtype=np.int64)
-    heavy = np.empty(k)  # Jet: vertices of >= 1.5 (c(block) - c(V)/k) stay
-    for b in range(k):
-        dest_ok[b] = bw[b] < sigma
-        valid_cum[b + 1] = valid_cum[b] + dest_ok[b]
-        heavy[b] = 1.5 * (bw[b] - opt)
-    valid_ids = np.empty(valid_cum[k], dtype=np.int32)
-    for b in range(k):
-        if dest_ok[b]:
-            valid_ids[valid_cum[b]] = b
-    # np.bool_, not a literal: one compiled variant serves both rebalancers
-    _rebalance_any(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok, np.bool_(True),
-                   prefix, valid_cum, valid_ids, seed_key, par, dest, bucket)
-    return _select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected)
-
-
-@nb.njit(cache=True, nogil=True)
-def _strong_select(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, par, dest, bucket,
-                   selected, target):
-    """Strong rebalancing: writes ``target`` (-1: stays) of every vertex; returns the
-    number of moves."""
-    opt = float(bw.sum()) / k
-    excess = 0
-    for b in range(k):
-        excess += max(bw[b] - lmax, 0)
-    # Fill destinations up to max(opt + 1, 0.99 Lmax) (Jet), which leaves room for
-    # the next LP round; use Lmax itself when that cannot absorb the excess.
-    tight = min(lmax, max(int(math.floor(opt)) + 1, int(math.floor(0.99 * lmax))))
-    for attempt in range(2):
-        limit = tight if attempt == 0 else lmax
-        if attempt == 0 and tight >= lmax:
-            continue
-        rem = np.empty(k, dtype=np.int64)
-        for b in range(k):
-            rem[b] = limit - bw[b] if bw[b] < limit else 0
-        if rem.sum() < excess and limit < lmax:
-            continue
-        max_rem = _largest(rem)
-        if max_rem == 0:
-            continue
-        dest_ok = np.empty(k, dtype=np.uint8)
-        for b in range(k):
-            dest_ok[b] = rem[b] > 0
-        heavy = np.full(k, float(max_rem + 1))  # only vertices that fit somewhere
-        _rebalance_any(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok,
-                       np.bool_(False), prefix, np.zeros(k + 1, dtype=np.int64),
-                       np.zeros(0, dtype=np.int32), np.uint64(0), par, dest, bucket)
-        _select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected)
-        moved = _strong_assign(part, vwgt, dest, bucket, selected, rem, prefix, NUM_BUCKETS,
-                               target)
-        if moved:
-            return moved
-    for u in range(target.size):
-        target[u] = -1
-    return 0
-
-
-def _weak_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, seed):
-    """Weak rebalancing (paper Algorithm 5): returns ``(vertices, full dest array)``."""
-    n = part.size
-    dest = np.empty(n, dtype=np.int32)
-    bucket = np.empty(n, dtype=np.int32)
-    selected = np.empty(n, dtype=np.uint8)
-    _weak_select(xadj, adjncy, _as_float(adjwgt), vwgt, part, k, lmax, prefix, bw,
-                 _seed_key(seed), _parallel(), dest, bucket, selected)
-    return np.flatnonzero(selected).astype(np.int32), dest
-
-
-def _strong_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw):
-    """Strong rebalancing: returns ``(vertices, full target array)``."""
-    n = part.size
-    target = np.full(n, -1, dtype=np.int32)
-    _strong_select(xadj, adjncy, _as_float(adjwgt), vwgt, part, k, lmax, prefix, bw,
-                   _parallel(), np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32),
-                   np.empty(n, dtype=np.uint8), target)
-    return np.flatnonzero(target >= 0).astype(np.int32), target
-
-
-def rebalance_weak(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, *, seed=0):
-    """Jet's weak rebalancing: cheap moves out of overloaded blocks.
-
-    Every vertex of a block heavier than ``lmax`` (and lighter than
-    ``1.5 * (c(block) - c(V)/k)``) proposes its best-connected adjacent block below
-    ``sigma = max(0.99 Lmax, Lmax - 100)``, else a block below sigma from the
-    nearest level group of its block (hash of vertex and ``seed`` among them; in
-    cut mode any block). Per block, the lowest-loss proposals (gain buckets, then
-    vertex id) covering the excess move. Destinations may end up overloaded.
-
-    Returns ``(vertices, targets)`` as :func:`jet_lp`.
-    """
-    xadj, adjncy, adjwgt, vwgt, part, prefix, _ = _prepare(xadj, adjncy, adjwgt, vwgt, part,
-                                                           prefix, None)
-    bw = block_weights(part, vwgt, k)
-    moves, dest = _weak_moves(xadj, adjncy, adjwgt, vwgt, part, int(k), int(lmax), prefix, bw, seed)
-    return moves, dest[moves]
-
-
-def rebalance_strong(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix):
-    """Jet-style strong rebalancing: restores balance in one step when possible.
-
-    Destinations are the blocks below ``max(opt + 1, 0.99 Lmax)`` (``opt = c(V)/k``;
-    ``Lmax`` itself when that is too little room or moves nothing), each with the
-    room up to that limit. Vertices of overloaded blocks that fit somewhere are
-    bucketed by the cut loss to their best-connected destination (``-conn(own)``
-    when none is adjacent), the cheapest covering each block's excess are selected,
-    then placed in their connected destination while it has room, else in the
-    nearest block with room. No destination is filled past its room, so the total
-    overload strictly drops whenever some vertex of an overloaded block fits in
-    some other block.
-
-    Returns ``(vertices, targets)`` as :func:`jet_lp`.
-    """
-    xadj, adjncy, adjwgt, vwgt, part, prefix, _ = _prepare(xadj, adjncy, adjwgt, vwgt, part,
-                                                           prefix, None)
-    bw = block_weights(part, vwgt, k)
-    moves, target = _strong_moves(xadj, adjncy, adjwgt, vwgt, part, int(k), int(lmax), prefix, bw)
-    return moves, target[moves]
 
 
 # ------------------------------------------------------------------ applying moves
@@ -809,14 +402,14 @@ def _commit(moves, target, part, vwgt, bw):
 
 
 @nb.njit(cache=True, nogil=True)
-def _apply_moves(xadj, adjncy, adjwgt, vwgt, part, grp, k, moves, target, bw, traffic, rows,
-                 par):
-    """:func:`_apply` with caller-owned scratch ``rows`` (at least
-    ``_num_chunks(moves.size, k)`` rows of ``traffic.size``)."""
+def _apply_with_rows(xadj, adjncy, adjwgt, vwgt, part, grp, k, moves, target, bw, traffic,
+                     rows, par):
+    """:func:`apply_moves` with caller-owned scratch ``rows`` (at least
+    ``num_chunks(moves.size, k)`` rows of ``traffic.size``)."""
     m = moves.size
     if m == 0:
         return
-    nchunks = _chunks_nb(m, k)
+    nchunks = num_chunks(m, k)
     out = rows[:nchunks]
     for c in range(nchunks):
         for t in range(traffic.size):
@@ -828,7 +421,8 @@ def _apply_moves(xadj, adjncy, adjwgt, vwgt, part, grp, k, moves, target, bw, tr
             _move_delta_range(xadj, adjncy, adjwgt, part, grp, moves, target,
                               c * m // nchunks, (c + 1) * m // nchunks, out[c])
     # the float sum of the original ``traffic += out.sum(axis=0)``: NumPy adds the
-    # rows in order into a copy of the first (tests/test_jet.py checks this)
+    # rows in order into a copy of the first (tests/test_jet.py checks this through
+    # apply_moves)
     for t in range(traffic.size):
         total = out[0, t]
         for c in range(1, nchunks):
@@ -837,16 +431,25 @@ def _apply_moves(xadj, adjncy, adjwgt, vwgt, part, grp, k, moves, target, bw, tr
     _commit(moves, target, part, vwgt, bw)
 
 
-def _apply(xadj, adjncy, adjwgt, vwgt, part, prefix, k, moves, target, bw, traffic):
-    """Move ``moves`` to ``target`` in place; update block weights and traffic.
+def apply_moves(xadj: np.ndarray, adjncy: np.ndarray, adjwgt: np.ndarray, vwgt: np.ndarray,
+                part: np.ndarray, prefix: np.ndarray, k: int, moves: np.ndarray,
+                target: np.ndarray, bw: np.ndarray, traffic: np.ndarray) -> None:
+    """Move ``moves`` to ``target`` at once, in place: ``part``, the block weights ``bw``
+    and the traffic per level ``traffic`` (``objective_cpu.level_traffic``'s layout)
+    are updated, as every iteration of the refinement loop does.
 
-    ``target`` is a full-length array; entries of non-moving vertices must be -1.
+    ``target`` is a full-length int32 array; entries of non-moving vertices must be -1.
+    The traffic change is summed per chunk of moves (``common_cpu.num_chunks``) and the
+    chunk rows are added to ``traffic`` in chunk order, which is NumPy's
+    ``traffic + rows.sum(axis=0)``: float weights give the same bits for any number
+    of threads. The arrays must have the kernels' dtypes
+    (``common_cpu.refinement_inputs``). The GPU twin is ``jet_gpu``'s move step.
     """
     if moves.size == 0:
         return
-    rows = np.empty((_num_chunks(moves.size, k), traffic.size), dtype=traffic.dtype)
-    _apply_moves(xadj, adjncy, adjwgt, vwgt, part, group_table(np.asarray(prefix)), k, moves,
-                 target, bw, traffic, rows, _parallel())
+    rows = np.empty((num_chunks(moves.size, k), traffic.size), dtype=traffic.dtype)
+    _apply_with_rows(xadj, adjncy, adjwgt, vwgt, part, group_table(np.asarray(prefix)), k, moves,
+                     target, bw, traffic, rows, use_threads())
 
 
 # ------------------------------------------------------------------ ISR step
@@ -859,14 +462,14 @@ _STEP_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 @nb.njit(cache=True, nogil=True)
 def isr_step_key(seed_key, step):
-    """``isr_cpu.step_key`` from the seed's :func:`_seed_key`: a new tie-breaking hash
-    for every ISR step (uint64 arithmetic wraps, as on the GPU)."""
+    """``isr_cpu.step_key`` from the seed's ``common_cpu.seed_key``: a new tie-breaking
+    hash for every ISR step (uint64 arithmetic wraps, as on the GPU)."""
     return _mix64(seed_key + _STEP_MIX * np.uint64(step + 1))
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _isr_propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, k, grp, delta, cut_mode, nchunks,
-                 dest, gain):
+def isr_propose(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, k, grp, delta, cut_mode, nchunks,
+                dest, gain):
     """Best legal destination of every boundary vertex (ISR step 1, ``isr_cpu``).
 
     ``grp``/``delta`` are ``common_cpu.level_tables``. Writes ``dest[u]`` (-1: none)
@@ -914,9 +517,10 @@ def _beats(gv, hv, gu, hu):
 
 
 @nb.njit(parallel=True, cache=True, nogil=True)
-def _isr_independent(xadj, adjncy, dest, gain, key, nchunks, sel):
-    """``sel[u] = 1`` for the candidates whose priority beats every candidate neighbour
-    (ISR step 2)."""
+def isr_independent(xadj, adjncy, dest, gain, key, nchunks, sel):
+    """``sel[u] = 1`` (uint8) for the candidates (``dest[u] >= 0``) whose priority beats
+    every candidate neighbour (ISR step 2): larger ``gain``, then larger
+    ``mix64(u ^ key)``. ``nchunks`` chunks of vertices on the thread pool."""
     n = dest.size
     for c in nb.prange(nchunks):
         lo = c * n // nchunks
@@ -940,9 +544,10 @@ def _isr_independent(xadj, adjncy, dest, gain, key, nchunks, sel):
 
 
 @nb.njit(cache=True, nogil=True)
-def _prefix_fit(moves, m, part, target, vwgt, bw, lmax):
-    """Largest ``j < m`` such that after moving ``moves[0..j]`` to ``target`` no block
-    exceeds ``lmax`` (-1: none; ISR step 3).
+def isr_prefix_fit(moves, m, part, target, vwgt, bw, lmax):
+    """Largest ``j < m`` such that after moving ``moves[0..j]`` (vertices, in order) to
+    ``target`` no block of the weights ``bw`` (int64, not modified) exceeds ``lmax``
+    (-1: none; ISR step 3).
 
     One pass in move order, tracking the number of overloaded blocks.
     """
@@ -1023,7 +628,7 @@ def _new_state(n, k, traffic):
                   np.zeros(n, dtype=np.uint8), np.empty(n, dtype=np.int32),
                   np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32),
                   np.empty(n, dtype=np.uint8), np.full(n, -1, dtype=np.int32),
-                  np.empty((_chunks_nb(n, k), traffic.size), dtype=traffic.dtype), sizes,
+                  np.empty((num_chunks(n, k), traffic.size), dtype=traffic.dtype), sizes,
                   np.zeros(len(_COUNT_NAMES), dtype=np.int64))
 
 
@@ -1102,7 +707,7 @@ def _afterburn_some(g, part, k, cut_mode, par, verts, st):
     Returns their number."""
     nv = verts.size
     ok = st.ok[:nv]
-    nchunks = _chunks_nb(nv, k)
+    nchunks = num_chunks(nv, k)
     if par and nchunks > 1:
         _afterburn_list(g.xadj, g.adjncy, g.fwgt, part, g.grp, g.dist, cut_mode, st.dest,
                         st.gain, verts, nchunks, ok)
@@ -1174,8 +779,9 @@ def _lp_round(g, part, k, filter_ratio, incremental, par, st):
 
 @nb.njit(cache=True, nogil=True)
 def _weak_round(g, part, k, lmax, bw, seed_key, par, st):
-    """:func:`_weak_select` into ``st.moves`` / ``st.target``; returns the move count."""
-    _weak_select(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, k, lmax, g.prefix, bw, seed_key, par,
+    """``rebalance_cpu.weak_select`` into ``st.moves`` / ``st.target``; returns the move
+    count."""
+    weak_select(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, k, lmax, g.prefix, bw, seed_key, par,
                  st.rb_dest, st.bucket, st.selected)
     m = 0
     for u in range(part.size):
@@ -1188,8 +794,9 @@ def _weak_round(g, part, k, lmax, bw, seed_key, par, st):
 
 @nb.njit(cache=True, nogil=True)
 def _strong_round(g, part, k, lmax, bw, par, st):
-    """:func:`_strong_select` into ``st.moves`` / ``st.target``; returns the move count."""
-    _strong_select(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, k, lmax, g.prefix, bw, par,
+    """``rebalance_cpu.strong_select`` into ``st.moves`` / ``st.target``; returns the
+    move count."""
+    strong_select(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, k, lmax, g.prefix, bw, par,
                    st.rb_dest, st.bucket, st.selected, st.target)
     m = 0
     for u in range(part.size):
@@ -1203,24 +810,24 @@ def _strong_round(g, part, k, lmax, bw, par, st):
 def _isr_round(g, part, k, lmax, bw, key, st):
     """One ISR step (``isr_cpu``) with hash key ``key``: the moves in ``st.moves`` in
     selection order (gain descending, then id ascending: the order of
-    ``isr_cpu.isr_moves``, in which :func:`_apply_moves` also sums their traffic),
+    ``isr_cpu.isr_moves``, in which :func:`_apply_with_rows` also sums their traffic),
     their destinations in ``st.target``. Returns the number of moves, or -1 when no
     candidate fits (a local optimum).
 
     Candidates go to ``st.dest``/``st.gain`` and the independent set to
     ``st.selected``; LP proposals are not kept in this mode.
     """
-    nchunks = _chunks_nb(part.size, k)
-    _isr_propose(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, bw, lmax, k, g.grp, g.delta,
+    nchunks = num_chunks(part.size, k)
+    isr_propose(g.xadj, g.adjncy, g.fwgt, g.vwgt, part, bw, lmax, k, g.grp, g.delta,
                  g.prefix.size == 1, nchunks, st.dest, st.gain)
-    _isr_independent(g.xadj, g.adjncy, st.dest, st.gain, key, nchunks, st.selected)
+    isr_independent(g.xadj, g.adjncy, st.dest, st.gain, key, nchunks, st.selected)
     m = np.int64(0)  # not a literal 0: that types (and compiles) the callees once more
     for u in range(part.size):
         if st.selected[u]:
             st.moves[m] = u
             m += 1
     _heapsort(st.moves, m, st.gain)
-    m = _prefix_fit(st.moves, m, part, st.dest, g.vwgt, bw, lmax) + 1
+    m = isr_prefix_fit(st.moves, m, part, st.dest, g.vwgt, bw, lmax) + 1
     for u in st.moves[:m]:
         st.target[u] = st.dest[u]
     return m if m > 0 else -1
@@ -1298,7 +905,7 @@ def _make_loop(isr):
         bw = np.zeros(k, dtype=np.int64)
         for u in range(cur.size):
             bw[cur[u]] += g.vwgt[u]
-        maxw = _largest(bw)
+        maxw = largest(bw)
         best_cost, best_maxw = cur_cost, maxw
         best_traffic = traffic.copy()
         counts = st.counts
@@ -1329,11 +936,11 @@ def _make_loop(isr):
                     counts[_STRONG_STEPS] += 1
                 counts[_REBALANCE_MOVES] += m
             moves = st.moves[:m]
-            _apply_moves(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, g.grp, k, moves, st.target, bw,
-                         traffic, st.rows, par)
+            _apply_with_rows(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, g.grp, k, moves, st.target,
+                             bw, traffic, st.rows, par)
             _settle(g.xadj, g.adjncy, moves, st)
             cur_cost = _cost_nb(traffic, g.dist)
-            maxw = _largest(bw)
+            maxw = largest(bw)
             keep, progress = _judge_nb(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
             if progress:
                 it = 0
@@ -1350,26 +957,6 @@ def _make_loop(isr):
 #: the loop of :func:`jet_refine` / :func:`ultra_refine` and that of ``isr_cpu``
 _jet_loop = _make_loop(False)
 _isr_loop = _make_loop(True)
-
-
-def _prepare(xadj, adjncy, adjwgt, vwgt, part, prefix, dist):
-    """Contiguous arrays of the expected dtypes (copies only where needed)."""
-    xadj = np.ascontiguousarray(xadj, dtype=np.int64)
-    adjncy = np.ascontiguousarray(adjncy, dtype=np.int32)
-    adjwgt = np.ascontiguousarray(adjwgt)
-    if adjwgt.dtype.kind != "f":
-        adjwgt = adjwgt.astype(np.int64, copy=False)
-    else:
-        adjwgt = adjwgt.astype(np.float64, copy=False)
-    if vwgt is not None:
-        vwgt = np.ascontiguousarray(vwgt, dtype=np.int64)
-    part = np.ascontiguousarray(part, dtype=np.int32)
-    prefix = np.ascontiguousarray(prefix, dtype=np.int64)
-    if dist is not None:
-        dist = np.ascontiguousarray(dist, dtype=np.float64)
-        if dist.shape != prefix.shape:
-            raise ValueError("prefix and dist must have the same length")
-    return xadj, adjncy, adjwgt, vwgt, part, prefix, dist
 
 
 def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filter_ratio=0.25,
@@ -1436,14 +1023,14 @@ def isr_step(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, key):
 
 def _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi):
     """Validated, prepared inputs of the refinement: ``(_Graph, part)``."""
-    xadj, adjncy, adjwgt, vwgt, part, prefix, dist = _prepare(xadj, adjncy, adjwgt, vwgt, part,
-                                                              prefix, dist)
+    xadj, adjncy, adjwgt, vwgt, part, prefix, dist = refinement_inputs(xadj, adjncy, adjwgt, vwgt,
+                                                                       part, prefix, dist)
     k = int(k)
     if prefix.size == 0 or int(prefix[-1]) != k:
         raise ValueError(f"prefix must end with k = {k}")
     if not 0.0 < phi <= 1.0:
         raise ValueError(f"phi must lie in (0, 1], got {phi}")  # > 1 need not terminate
-    g = _Graph(xadj, adjncy, adjwgt, _as_float(adjwgt), vwgt, prefix, dist,
+    g = _Graph(xadj, adjncy, adjwgt, float_weights(adjwgt), vwgt, prefix, dist,
                *level_tables(prefix, dist))
     return g, part
 
@@ -1457,8 +1044,8 @@ def _refine_passes(g, part, k, lmax, ratios, max_iters, phi, max_weak, seed, inc
     (:func:`_restart`), not every vertex. Proposals and traffic depend on the
     partition, locks and filter ratio alone, so this is exact.
     """
-    traffic = _traffic(g.xadj, g.adjncy, g.adjwgt, part, g.prefix, k)
-    best_cost = _cost_of(traffic, g.dist)
+    traffic = level_traffic(g.xadj, g.adjncy, g.adjwgt, part, g.prefix)
+    best_cost = traffic_cost(traffic, g.dist)
     if part.size == 0 or k == 1:
         return part.copy(), best_cost, np.zeros(len(_COUNT_NAMES), dtype=np.int64)
     cur, best = part.copy(), part.copy()
@@ -1471,12 +1058,12 @@ def _refine_passes(g, part, k, lmax, ratios, max_iters, phi, max_weak, seed, inc
                      _stale_proposals(g, ratios[i - 1], ratio, nonneg))
         best_cost, traffic = loop(
             g, cur, best, st, k, lmax, float(ratio), int(max_iters), float(phi), int(max_weak),
-            _seed_key(seed), bool(incremental), _parallel(), traffic, best_cost, cap)
+            seed_key(seed), bool(incremental), use_threads(), traffic, best_cost, cap)
         if g.adjwgt.dtype.kind == "f":
             # incremental float updates drift in the last bits: report a fresh sum, and
             # start the next pass from it (as a separate jet_refine call would)
-            traffic = _traffic(g.xadj, g.adjncy, g.adjwgt, best, g.prefix, k)
-            best_cost = _cost_of(traffic, g.dist)
+            traffic = level_traffic(g.xadj, g.adjncy, g.adjwgt, best, g.prefix)
+            best_cost = traffic_cost(traffic, g.dist)
     return best, best_cost, st.counts
 
 

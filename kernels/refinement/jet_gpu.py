@@ -6,7 +6,7 @@ Same functions and semantics as :mod:`.jet_cpu` (read its module docstring for t
 algorithm and the gain formula), taking and returning CuPy arrays; ``prefix``,
 ``dist`` and ``locked`` may be NumPy or CuPy. The rebalancers live in
 :mod:`.rebalance_gpu`; :func:`jet_refine` calls them as the CPU loop calls
-``_weak_moves`` / ``_strong_moves``.
+``rebalance_cpu.weak_select`` / ``strong_select``.
 
 Kernels (``refinement/jet.cu``)
 -------------------------
@@ -79,11 +79,10 @@ from ..objective import objective_gpu
 from ..rebalancing import rebalance_gpu
 from ..gpu_common import (HISTOGRAM_BLOCKS, TableScratch, as_device, f64, gain_weights, i64,
                          kernel, launch)
-from .jet_cpu import (BUCKET_RATIO, MID_BUCKET, NUM_BUCKETS, ULTRA_FILTER_RATIOS, _cost_of,
-                      filter_schedule)
+from .jet_cpu import ULTRA_FILTER_RATIOS, filter_schedule, traffic_cost
 
-__all__ = ["BUCKET_RATIO", "MID_BUCKET", "NUM_BUCKETS", "ULTRA_FILTER_RATIOS", "block_weights",
-           "cost", "filter_schedule", "jet_lp", "jet_refine", "ultra_refine"]
+__all__ = ["ULTRA_FILTER_RATIOS", "block_weights", "cost", "filter_schedule", "jet_lp",
+           "jet_refine", "lp_proposals", "ultra_refine"]
 
 _SRC = "refinement/jet.cu"
 _NO_GATE = np.uint64(0)  # null control-block pointer: gated kernels always run
@@ -137,7 +136,7 @@ def cost(xadj, adjncy, adjwgt, part, prefix, dist) -> float:
     """The objective ``J`` (every CSR entry ``(u, v)`` adds ``w * D(part[u], part[v])``;
     ``2 * d_1 * cut`` in cut mode)."""
     traffic = objective_gpu.level_traffic(xadj, adjncy, adjwgt, part, _host(prefix, np.int64))
-    return _cost_of(traffic, _host(dist, np.float64))
+    return traffic_cost(traffic, _host(dist, np.float64))
 
 
 # ------------------------------------------------------------------ label propagation
@@ -177,6 +176,26 @@ class _LP:
                gate)
 
 
+def lp_proposals(xadj, adjncy, adjwgt, part, k: int, prefix, dist, *, locked=None,
+                 filter_ratio: float = 0.25) -> tuple[cp.ndarray, cp.ndarray]:
+    """The first filter of Algorithm 4 for every vertex, bit-identical to
+    :func:`.jet_cpu.lp_proposals`: ``(dest, gain)``, int32 ``dest[u]`` (-1: no
+    candidate) and float64 ``gain[u]`` (0 where ``dest[u] == -1``). ``part`` is not
+    modified."""
+    g = _Graph(xadj, adjncy, adjwgt, None, prefix, dist)
+    lp = _LP(g)
+    lp.round(g, as_device(part, cp.int32), int(k), _locks(locked, g.n), filter_ratio,
+             cp.empty(g.n, dtype=cp.uint8), cp.empty(g.n, dtype=cp.int32))
+    # the afterburner ran too; the kernels leave the gain of non-candidates as it was
+    return lp.dest, cp.where(lp.dest >= 0, lp.gain, 0.0)
+
+
+def _locks(locked, n: int) -> cp.ndarray:
+    """``locked`` as the kernels' uint8 device array (``None``: nothing locked)."""
+    return (cp.zeros(n, dtype=cp.uint8) if locked is None
+            else as_device(cp.asarray(locked).astype(cp.uint8, copy=False)))
+
+
 def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None,
            filter_ratio=0.25) -> tuple[cp.ndarray, cp.ndarray]:
     """Unconstrained label propagation (paper Algorithm 4 with Jet's filter).
@@ -187,8 +206,7 @@ def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None,
     """
     g = _Graph(xadj, adjncy, adjwgt, None, prefix, dist)
     part = as_device(part, cp.int32)
-    locked = (cp.zeros(g.n, dtype=cp.uint8) if locked is None
-              else as_device(cp.asarray(locked).astype(cp.uint8, copy=False)))
+    locked = _locks(locked, g.n)
     move = cp.empty(g.n, dtype=cp.uint8)
     target = cp.empty(g.n, dtype=cp.int32)
     _LP(g).round(g, part, int(k), locked, filter_ratio, move, target)
@@ -266,7 +284,7 @@ class _State:
         self.traffic.get(stream=stream, out=self._traffic_h, blocking=False)
         stream.synchronize()
         maxw = int(self._maxw_h[0])
-        cost0 = _cost_of(self._traffic_h, g.dist_h)
+        cost0 = traffic_cost(self._traffic_h, g.dist_h)
         # the CPU loop's first branch: the balanced round when balanced, else weak (if
         # allowed), else strong
         mode = MODE_LP if maxw <= self.lmax else MODE_WEAK if self.max_weak > 0 else MODE_STRONG
@@ -290,7 +308,7 @@ class _State:
                 [int(x) for x in ctl[_C_MOVES:_C_MOVES + 3]])
 
     def apply(self, kind: int, handle: np.uint64, status_ptr: np.uint64) -> None:
-        """Execute the moves marked in ``target`` (twin of ``jet_cpu._apply``), then the
+        """Execute the moves marked in ``target`` (twin of ``jet_cpu.apply_moves``), then the
         loop's bookkeeping for this iteration (no synchronisation, no allocation).
         ``kind``: the iteration's MODE_*, or -1 for the one the control block names."""
         g = self.g

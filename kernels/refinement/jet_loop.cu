@@ -122,7 +122,7 @@ __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traff
     const i64 maxw = wmax[0];
     const i64 moved = *count;
     *count = 0;
-    // _cost_of: sum of d_t * traffic[t + 1], left to right
+    // jet_cpu.traffic_cost: sum of d_t * traffic[t + 1], left to right
     double cost = 0.0;
     for (i64 t = 0; t < nlev; ++t) cost = __dadd_rn(cost, __dmul_rn(dist[t], (double)traffic[t + 1]));
     const i64 mode = kind >= 0 ? kind : ctl[C_MODE];

@@ -85,19 +85,17 @@ def test_candidates_are_bit_identical(name, mode):
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
     part, lmax = start_and_limit(g, k, "random")
-    key = isr_cpu.step_key(3, 5)
-    tab = isr_cpu._Tables(g.n, k, prefix, dist)
     bw = jet_cpu.block_weights(part, g.vwgt, k)
-    isr_cpu._candidates(g.xadj, g.adjncy, g.adjwgt.astype(np.float64), g.vwgt, part, k, lmax,
-                        bw, tab, key)
+    dest, gain, sel = isr_cpu.isr_candidates(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                             prefix, dist, step=5, seed=3)
     gg = isr_gpu._Graph(*dev(g), prefix, dist)
     isr = isr_gpu._ISR(gg, k)
     # the GPU derives the step's key on the device from the seed and the step number
     isr.candidates(gg, cp.asarray(part), cp.asarray(bw), k, lmax, 3, cp.asarray([5]))
-    np.testing.assert_array_equal(isr.dest.get(), tab.dest)
-    np.testing.assert_array_equal(bits(isr.gain.get()), bits(tab.gain))
-    np.testing.assert_array_equal(isr.sel.get(), tab.sel)
-    assert tab.sel.sum() > 0
+    np.testing.assert_array_equal(isr.dest.get(), dest)
+    np.testing.assert_array_equal(bits(isr.gain.get()), bits(gain))
+    np.testing.assert_array_equal(isr.sel.get(), sel)
+    assert sel.sum() > 0
 
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))
@@ -163,7 +161,7 @@ def test_prefix_selection_on_synthetic_moves():
         lmax = int(bw.max()) + (-2, -1, 0, 1, 3)[trial % 5]  # some blocks start overloaded
         ids = np.flatnonzero(sel)
         ids = ids[np.lexsort((ids, -gain[ids]))]
-        want = isr_cpu._prefix_select(part[ids], dest[ids], vwgt[ids], bw, lmax) + 1
+        want = isr_cpu.longest_feasible_prefix(part[ids], dest[ids], vwgt[ids], bw, lmax) + 1
         seen.add("none" if want == 0 else "all" if want == ids.size else "part")
         gg = isr_gpu._Graph(cp.asarray(xadj), cp.zeros(0, cp.int32), cp.zeros(0, cp.int64),
                             cp.asarray(vwgt), np.array([k]), np.array([1.0]))
@@ -190,10 +188,11 @@ def test_refine_from_balanced_start_is_bit_identical(name, mode):
     prefix, dist = MODES[mode]
     k = int(prefix[-1])
     part, lmax = start_and_limit(g, k, "random")
-    want = isr_cpu._refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, dist,
-                           seed=4)
+    want = isr_cpu.isr_refine_with_stats(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                         prefix, dist, seed=4)
     dpart = cp.asarray(part)
-    got = isr_gpu._refine(*dev(g), dpart, k, lmax, cp.asarray(prefix), cp.asarray(dist), seed=4)
+    got = isr_gpu.isr_refine_with_stats(*dev(g), dpart, k, lmax, cp.asarray(prefix),
+                                        cp.asarray(dist), seed=4)
     np.testing.assert_array_equal(dpart.get(), part)
     assert got[0].dtype == cp.int32
     np.testing.assert_array_equal(got[0].get(), want[0])
@@ -233,9 +232,10 @@ def test_refine_validity(name, mode, kind):
     k = int(prefix[-1])
     lmax = math.ceil(1.03 * int(g.vwgt.sum()) / k)
     part = random_balanced(g.n, k, 7) if kind == "random" else skewed(g, k)
-    want = isr_cpu._refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, dist)
-    got_part, got_cost, got_stats = isr_gpu._refine(*dev(g), cp.asarray(part), k, lmax,
-                                                    prefix, dist)
+    want = isr_cpu.isr_refine_with_stats(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                         prefix, dist)
+    got_part, got_cost, got_stats = isr_gpu.isr_refine_with_stats(*dev(g), cp.asarray(part), k,
+                                                                  lmax, prefix, dist)
     host = got_part.get()
     assert host.min() >= 0 and host.max() < k
     maxw = int(jet_cpu.block_weights(host, g.vwgt, k).max())
@@ -266,10 +266,10 @@ def test_iteration_cap_matches_cpu(mode, monkeypatch):
     part, lmax = start_and_limit(g, k, "random")
     monkeypatch.setattr(isr_cpu, "HARD_CAP", 5)
     monkeypatch.setattr(isr_gpu, "HARD_CAP", 5)
-    want = isr_cpu._refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, dist,
-                           phi=1.0, max_iters=100)
-    got = isr_gpu._refine(*dev(g), cp.asarray(part), k, lmax, prefix, dist, phi=1.0,
-                          max_iters=100)
+    want = isr_cpu.isr_refine_with_stats(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                         prefix, dist, phi=1.0, max_iters=100)
+    got = isr_gpu.isr_refine_with_stats(*dev(g), cp.asarray(part), k, lmax, prefix, dist,
+                                        phi=1.0, max_iters=100)
     assert got[2]["iterations"] == 5
     np.testing.assert_array_equal(got[0].get(), want[0])
     assert got[1] == want[1] and got[2] == want[2]

@@ -78,7 +78,7 @@ def lmax_of(g, k, eps=0.03):
 @pytest.mark.parametrize("kind", ["ranges", "random"])
 def test_lp_proposals_are_bit_identical(name, mode, kind):
     """First filter: the same destination and the very same float gain per vertex
-    with a destination (a gain without one is never read, and the GPU leaves it as is)."""
+    (0 for the vertices without a destination on both)."""
     from procmap.kernels.refinement import jet_gpu
     g = graph(name)
     prefix, dist = MODES[mode]
@@ -86,20 +86,12 @@ def test_lp_proposals_are_bit_identical(name, mode, kind):
     part = start(kind, g.n, k)
     locked = (np.random.default_rng(3).random(g.n) < 0.2).astype(np.uint8)
     ratio = 0.75
-    # CPU proposals: every vertex active, gains kept in our arrays
-    dest = np.empty(g.n, np.int32)
-    gain = np.empty(g.n)
-    jet_cpu._lp_moves(g.xadj, g.adjncy, g.adjwgt, part, k, prefix, dist, locked, ratio,
-                      active=np.arange(g.n, dtype=np.int32), dest=dest, gain=gain)
-    # GPU proposal kernel (the afterburner runs too; its outputs are unused here)
-    gg = jet_gpu._Graph(g.xadj, g.adjncy, g.adjwgt, None, prefix, dist)
-    lp = jet_gpu._LP(gg)
-    move = cp.empty(g.n, cp.uint8)
-    target = cp.empty(g.n, cp.int32)
-    lp.round(gg, cp.asarray(part), k, cp.asarray(locked), ratio, move, target)
-    np.testing.assert_array_equal(lp.dest.get(), dest)
-    has = dest >= 0
-    np.testing.assert_array_equal(lp.gain.get()[has].view(np.int64), gain[has].view(np.int64))
+    dest, gain = jet_cpu.lp_proposals(g.xadj, g.adjncy, g.adjwgt, part, k, prefix, dist,
+                                      locked=locked, filter_ratio=ratio)
+    g_dest, g_gain = jet_gpu.lp_proposals(*dev(g)[:3], cp.asarray(part), k, prefix, dist,
+                                          locked=cp.asarray(locked), filter_ratio=ratio)
+    np.testing.assert_array_equal(g_dest.get(), dest)
+    np.testing.assert_array_equal(g_gain.get().view(np.int64), gain.view(np.int64))
     if kind == "random":
         assert (dest >= 0).any()
 
@@ -167,7 +159,6 @@ def test_reexports_come_from_the_cpu_module():
     from procmap.kernels.refinement import jet_gpu
     assert jet_gpu.filter_schedule is jet_cpu.filter_schedule
     assert jet_gpu.ULTRA_FILTER_RATIOS is jet_cpu.ULTRA_FILTER_RATIOS
-    assert (jet_gpu.NUM_BUCKETS, jet_gpu.MID_BUCKET) == (jet_cpu.NUM_BUCKETS, jet_cpu.MID_BUCKET)
 
 
 # ------------------------------------------------------------------ refinement loop

@@ -1,5 +1,5 @@
 """GPU twins of Jet's weak and strong rebalancing (kernels/rebalancing/rebalance_gpu.py) against
-the CPU functions of kernels/refinement/jet_cpu.py: bit-identical proposals, buckets and weak
+the CPU twin (kernels/rebalancing/rebalance_cpu.py): bit-identical proposals, buckets and weak
 moves; valid, progress-making strong moves that never overfill a destination."""
 import functools
 import math
@@ -9,7 +9,9 @@ import pytest
 
 from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph
 from procmap.graph import CommGraph
-from procmap.kernels.refinement import jet_cpu as jet
+from procmap.kernels.common_cpu import seed_key
+from procmap.kernels.rebalancing import rebalance_cpu as rb
+from procmap.kernels.refinement.jet_cpu import block_weights
 
 pytestmark = pytest.mark.gpu
 cp = pytest.importorskip("cupy")
@@ -92,7 +94,7 @@ class Problem:
         self.vwgt = vertex_weights(g.n, wkind, seed + 7)
         self.part = overloaded_partition(g.n, k, seed, pkind)
         self.prefix = np.asarray(prefix, np.int64)
-        self.bw = jet.block_weights(self.part, self.vwgt, k)
+        self.bw = block_weights(self.part, self.vwgt, k)
         self.lmax = math.ceil(1.03 * int(self.vwgt.sum()) / k)
         assert self.bw.max() > self.lmax  # the test needs something to rebalance
         self.d = {name: cp.asarray(getattr(self, name))
@@ -119,19 +121,19 @@ def host(a):
 
 # ------------------------------------------------------------------ gain buckets
 def test_bucket_table_matches_cpu_bucket():
-    thr = rg._bucket_thresholds()
+    thr = rg.bucket_thresholds()
     rng = np.random.default_rng(0)
     xs = [1.5 ** p for p in range(-26, 27)]
     xs += [np.nextafter(x, d) for x in xs for d in (0.0, np.inf)]
     xs += list(rng.integers(1, 300, 2000) / rng.integers(1, 9, 2000))
     xs += list(rng.random(2000) * 50)
     for x in xs:
-        assert 2 + int(np.sum(x > thr)) == jet._gain_bucket(-float(x), 1), x
+        assert 2 + int(np.sum(x > thr)) == rb.gain_bucket(-float(x), 1), x
 
 
 # ------------------------------------------------------------------ proposal
 def _proposal_params(p, strong):
-    """The CPU's parameters of _rebalance_propose in weak or strong mode."""
+    """The CPU's parameters of rebalance_propose in weak or strong mode."""
     k, bw = p.k, p.bw
     if strong:
         rem = np.where(bw < p.lmax, p.lmax - bw, 0).astype(np.int64)
@@ -151,17 +153,18 @@ def _proposal_params(p, strong):
 def test_propose_is_bit_identical(case, wkind, strong):
     p = problem(*case, wkind)
     heavy, dest_ok, fallback, valid_cum, valid_ids, seed = _proposal_params(p, strong)
-    n, key = p.n, jet._seed_key(seed)
+    n, key = p.n, seed_key(seed)
     dest = np.empty(n, np.int32)
     bucket = np.empty(n, np.int32)
-    jet._rebalance_propose(p.xadj, p.adjncy, p.fwgt, p.vwgt, p.part, p.k, p.bw, p.lmax, heavy,
-                           dest_ok, fallback, p.prefix, valid_cum, valid_ids, key,
-                           jet._num_chunks(n, p.k), dest, bucket)
+    rb.rebalance_propose(p.xadj, p.adjncy, p.fwgt, p.vwgt, p.part, p.k, p.bw, p.lmax, heavy,
+                         dest_ok, fallback, p.prefix, valid_cum, valid_ids, key, True, dest,
+                         bucket)
     d = p.d
-    g_dest, g_bucket = rg._propose(d["xadj"], d["adjncy"], d["fwgt"], d["vwgt"], d["part"],
-                                   d["bw"], p.lmax, cp.asarray(heavy), cp.asarray(dest_ok),
-                                   d["prefix"], cp.asarray(valid_cum), cp.asarray(valid_ids),
-                                   key, fallback)
+    g_dest, g_bucket = rg.rebalance_propose(d["xadj"], d["adjncy"], d["fwgt"], d["vwgt"],
+                                            d["part"], d["bw"], p.lmax, cp.asarray(heavy),
+                                            cp.asarray(dest_ok), d["prefix"],
+                                            cp.asarray(valid_cum), cp.asarray(valid_ids), key,
+                                            fallback)
     assert np.count_nonzero(dest != -1) > 0
     if case[0] == "hubs":  # some candidates use the global scratch table
         big = np.diff(p.xadj) > gc.LOCAL_TABLE
@@ -172,10 +175,11 @@ def test_propose_is_bit_identical(case, wkind, strong):
         return
     # integer weights given as int64 are read as the same doubles (weight_at, common.cuh)
     iw = cp.asarray(p.fwgt.astype(np.int64))
-    i_dest, i_bucket = rg._propose(d["xadj"], d["adjncy"], iw, d["vwgt"], d["part"],
-                                   d["bw"], p.lmax, cp.asarray(heavy), cp.asarray(dest_ok),
-                                   d["prefix"], cp.asarray(valid_cum), cp.asarray(valid_ids),
-                                   key, fallback)
+    i_dest, i_bucket = rg.rebalance_propose(d["xadj"], d["adjncy"], iw, d["vwgt"], d["part"],
+                                            d["bw"], p.lmax, cp.asarray(heavy),
+                                            cp.asarray(dest_ok), d["prefix"],
+                                            cp.asarray(valid_cum), cp.asarray(valid_ids), key,
+                                            fallback)
     np.testing.assert_array_equal(host(i_dest), dest)
     np.testing.assert_array_equal(host(i_bucket), bucket)
 
@@ -191,7 +195,7 @@ def test_weak_step_without_sorting_is_bit_identical(case, wkind):
     step = rg.WeakStep(p.n, p.k)
     table = gc.TableScratch(d["xadj"], 1)
     for seed in (0, 3):
-        moves, dest = jet._weak_moves(*p.cpu_args(), seed)
+        moves, dest = rb.weak_moves(*p.cpu_args(), seed)
         target = cp.full(p.n, -1, dtype=cp.int32)
         step.enqueue(d["xadj"], d["adjncy"], d["fwgt"], d["vwgt"], d["part"], d["bw"], p.lmax,
                      d["prefix"], seed, table, target, None)
@@ -206,7 +210,7 @@ def test_weak_step_without_sorting_is_bit_identical(case, wkind):
 def test_weak_moves_are_bit_identical(case, wkind):
     p = problem(*case, wkind)
     for seed in (0, 3):
-        moves, dest = jet._weak_moves(*p.cpu_args(), seed)
+        moves, dest = rb.weak_moves(*p.cpu_args(), seed)
         g_moves, g_dest = rg.weak_moves(*p.gpu_args(), seed)
         assert moves.size > 0
         assert g_moves.dtype == cp.int32 and g_dest.dtype == cp.int32
@@ -220,8 +224,8 @@ def test_rebalance_weak_wrapper_matches_cpu():
     vwgt = vertex_weights(g.n, "random", 1)
     part = overloaded_partition(g.n, k, 5)
     lmax = math.ceil(1.03 * int(vwgt.sum()) / k)
-    moves, targets = jet.rebalance_weak(g.xadj, g.adjncy, g.adjwgt, vwgt, part, k, lmax, prefix,
-                                        seed=9)
+    moves, targets = rb.rebalance_weak(g.xadj, g.adjncy, g.adjwgt, vwgt, part, k, lmax, prefix,
+                                       seed=9)
     g_moves, g_targets = rg.rebalance_weak(g.xadj, g.adjncy, g.adjwgt, vwgt, part, k, lmax,
                                            prefix, seed=9)
     np.testing.assert_array_equal(host(g_moves), moves)
@@ -240,7 +244,7 @@ def _check_valid(p, moves, target, bw):
     assert np.all(bw[p.part[moves]] > p.lmax)
     new = p.part.copy()
     new[moves] = target[moves]
-    return jet.block_weights(new, p.vwgt, p.k)
+    return block_weights(new, p.vwgt, p.k)
 
 
 def _overload(bw, lmax):
@@ -251,7 +255,7 @@ def _overload(bw, lmax):
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_strong_moves_valid_progress_and_balance(case, wkind):
     p = problem(*case, wkind)
-    moves, target = jet._strong_moves(*p.cpu_args())
+    moves, target = rb.strong_moves(*p.cpu_args())
     g_moves, g_target = rg.strong_moves(*p.gpu_args())
     g_moves, g_target = host(g_moves), host(g_target)
     assert g_moves.dtype == np.int32 and g_target.dtype == np.int32
@@ -273,12 +277,12 @@ def _cpu_selection(p, rem):
     n, k = p.n, p.k
     dest = np.empty(n, np.int32)
     bucket = np.empty(n, np.int32)
-    jet._rebalance_propose(p.xadj, p.adjncy, p.fwgt, p.vwgt, p.part, k, p.bw, p.lmax,
-                           np.full(k, rem.max() + 1, np.float64), (rem > 0).astype(np.uint8),
-                           False, p.prefix, np.zeros(k + 1, np.int64), np.zeros(0, np.int32),
-                           np.uint64(0), jet._num_chunks(n, k), dest, bucket)
+    rb.rebalance_propose(p.xadj, p.adjncy, p.fwgt, p.vwgt, p.part, k, p.bw, p.lmax,
+                         np.full(k, rem.max() + 1, np.float64), (rem > 0).astype(np.uint8),
+                         False, p.prefix, np.zeros(k + 1, np.int64), np.zeros(0, np.int32),
+                         np.uint64(0), True, dest, bucket)
     selected = np.empty(n, np.uint8)
-    jet._select_prefix(p.part, p.vwgt, dest, bucket, p.bw, p.lmax, k, jet.NUM_BUCKETS, selected)
+    rb.select_prefix(p.part, p.vwgt, dest, bucket, p.bw, p.lmax, k, rb.NUM_BUCKETS, selected)
     return dest, bucket, selected
 
 
@@ -292,16 +296,16 @@ def test_strong_assign_respects_room(case, wkind):
     dest, bucket, selected = _cpu_selection(p, rem)
     chosen = np.flatnonzero(selected)
     # selection on the device is the CPU's
-    g_chosen = rg._select_prefix(p.d["part"], p.d["vwgt"], cp.asarray(dest), cp.asarray(bucket),
-                                 p.d["bw"], p.lmax)
+    g_chosen = rg.select_prefix(p.d["part"], p.d["vwgt"], cp.asarray(dest), cp.asarray(bucket),
+                                p.d["bw"], p.lmax)
     np.testing.assert_array_equal(host(g_chosen), chosen)
     cpu_target = np.empty(p.n, np.int32)
-    cpu_moved = jet._strong_assign(p.part, p.vwgt, dest, bucket, selected, rem.copy(), p.prefix,
-                                   jet.NUM_BUCKETS, cpu_target)
+    cpu_moved = rb.strong_assign(p.part, p.vwgt, dest, bucket, selected, rem.copy(), p.prefix,
+                                 rb.NUM_BUCKETS, cpu_target)
     g_rem = cp.asarray(rem.copy())  # (a copy even where asarray would not make one)
     g_target = cp.zeros(p.n, cp.int32)
-    moved = rg._strong_assign(p.d["part"], p.d["vwgt"], cp.asarray(dest), cp.asarray(bucket),
-                              g_chosen, g_rem, [int(s) for s in p.prefix], g_target)
+    moved = rg.strong_assign(p.d["part"], p.d["vwgt"], cp.asarray(dest), cp.asarray(bucket),
+                             g_chosen, g_rem, [int(s) for s in p.prefix], g_target)
     target = host(g_target)
     movers = np.flatnonzero(target >= 0)
     assert moved == movers.size and moved > 0
@@ -334,7 +338,7 @@ def test_strong_moves_heavy_vertex_when_only_that_fits():
     moves, targets = rg.rebalance_strong(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, 2, 8, [2])
     new = part.copy()
     new[host(moves)] = host(targets)
-    assert jet.block_weights(new, g.vwgt, 2).max() <= 8
+    assert block_weights(new, g.vwgt, 2).max() <= 8
 
 
 def test_straddling_vertex_still_moves():
@@ -344,8 +348,8 @@ def test_straddling_vertex_still_moves():
     g = CommGraph.from_edges([0, 2, 3], [1, 3, 4], n=5, vwgt=[2, 8, 8, 3, 3])
     part = np.array([0, 0, 1, 2, 2], np.int32)
     moves, targets = rg.rebalance_strong(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, 3, 9, [3])
-    cpu_moves, cpu_targets = jet.rebalance_strong(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, 3,
-                                                  9, [3])
+    cpu_moves, cpu_targets = rb.rebalance_strong(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, 3, 9,
+                                                 [3])
     np.testing.assert_array_equal(host(moves), cpu_moves)
     np.testing.assert_array_equal(host(targets), cpu_targets)
 
