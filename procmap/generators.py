@@ -63,8 +63,9 @@ def _cells_per_side(cell: float) -> int:
     return max(1, int(np.ceil(1.0 / cell)))
 
 
-def _spatial_order_reference(points: np.ndarray, cell: float) -> np.ndarray:
-    """The defining (numpy) form of :func:`_spatial_order`; kept for tests and for tiny cells."""
+def _lexsort_order(points: np.ndarray, cell: float) -> np.ndarray:
+    """:func:`spatial_order` by one ``np.lexsort``: its fallback for cells far smaller
+    than the point spacing (the bucket sort would then have more buckets than points)."""
     cells_per_side = _cells_per_side(cell)
     cx = np.minimum((points[:, 0] / cell).astype(np.int64), cells_per_side - 1)
     cy = np.minimum((points[:, 1] / cell).astype(np.int64), cells_per_side - 1)
@@ -150,17 +151,20 @@ def _spatial_cells(points: np.ndarray, cell: float):
     return order, start, cps
 
 
-def _spatial_order(points: np.ndarray, cell: float) -> np.ndarray:
-    """Permutation listing the points cell by cell (square cells of side ``cell``, row-major).
+def spatial_order(points: np.ndarray, cell: float) -> np.ndarray:
+    """The vertex numbering of the rgg and Delaunay families: a permutation listing the
+    points cell by cell.
 
-    Inside a cell the points are ordered by x, then y, so the order is fully
-    determined by the coordinates. ``order[i]`` is the old index of new vertex ``i``.
-    Equal to :func:`_spatial_order_reference` (a lexsort), computed by a bucket sort;
-    cells far smaller than the point spacing would make the buckets outnumber the
-    points, and then the lexsort is used.
+    ``points`` is an ``(n, 2)`` float64 array in the unit square; the cells are squares
+    of side ``cell`` (same unit), numbered row-major from the origin (``x / cell``
+    truncated, the last row and column clamped to hold 1.0). Inside a cell the points
+    are ordered by x, then y, then index, so the order is fully determined by the
+    coordinates: it is ``np.lexsort((y, x, cell id))``. ``order[i]`` is the old index
+    of new vertex ``i``. Computed by a bucket sort; cells far smaller than the point
+    spacing would make the buckets outnumber the points, and then by the lexsort.
     """
     if _cells_per_side(cell) ** 2 > 4 * len(points) + 64:
-        return _spatial_order_reference(points, cell)
+        return _lexsort_order(points, cell)
     return _spatial_cells(points, cell)[0]
 
 
@@ -168,13 +172,6 @@ def _inverse(order: np.ndarray) -> np.ndarray:
     new_id = np.empty(order.size, dtype=np.int64)
     new_id[order] = np.arange(order.size, dtype=np.int64)
     return new_id
-
-
-def _renumbered_unit_graph(n: int, u: np.ndarray, v: np.ndarray, order: np.ndarray) -> CommGraph:
-    """Unit-weight CommGraph from undirected pairs (each listed once), renumbered by ``order``."""
-    new_id = _inverse(order)
-    # from_edges stores C + C^T: one entry per undirected pair gives weight 1 both ways
-    return CommGraph.from_edges(new_id[u], new_id[v], np.ones(u.size, dtype=np.int64), n=n)
 
 
 def _unit_graph(xadj: np.ndarray, adjncy: np.ndarray) -> CommGraph:
@@ -267,16 +264,16 @@ def _rgg_csr(sx, sy, scell, start, cps, r2, sid):
 
 
 def _rgg_from_points(points: np.ndarray, radius: float, search_cells: int | None = None) -> CommGraph:
-    """The rgg of ``points``: bucket them into a search grid, find close pairs per point.
-
-    ``search_cells`` (cells per side, private) forces a coarser search grid, for tests.
-    """
+    """The rgg of ``points``: bucket them into a search grid, find close pairs per point
+    (``search_cells``: see :func:`random_geometric_graph`)."""
     n = len(points)
-    order = _spatial_order(points, radius)
+    finest = _search_cells_per_side(radius, n)
+    cps = finest if search_cells is None else int(search_cells)
+    if not 1 <= cps <= finest:
+        raise ValueError(f"search_cells must be 1..{finest} (cells not narrower than the radius), "
+                         f"got {search_cells}")
+    order = spatial_order(points, radius)
     new_id = _inverse(order)
-    cps = search_cells or _search_cells_per_side(radius, n)
-    if cps > _search_cells_per_side(radius, n):
-        raise ValueError("search cells must not be narrower than the radius")
     scell = np.minimum((points[:, 0] * cps).astype(np.int64), cps - 1) \
         + cps * np.minimum((points[:, 1] * cps).astype(np.int64), cps - 1)
     start, perm = _counting_sort(scell, cps * cps)
@@ -286,38 +283,27 @@ def _rgg_from_points(points: np.ndarray, radius: float, search_cells: int | None
     return _unit_graph(xadj, adjncy)
 
 
-def random_geometric_graph(n: int, seed: int = 0, radius_factor: float = 0.55) -> CommGraph:
-    """Random geometric graph (rgg): ``n`` uniform points in the unit square, an edge of
-    weight 1 between every two points closer than ``radius_factor * sqrt(ln n / n)``.
+def random_geometric_graph(n: int, seed: int = 0, radius_factor: float = 0.55, *,
+                           search_cells: int | None = None) -> CommGraph:
+    """Random geometric graph (rgg): ``n`` uniform points in the unit square
+    (:func:`random_points`), an edge of weight 1 between every two points closer than
+    ``radius_factor * sqrt(ln n / n)`` (1 for ``n = 1``).
 
     This is the rgg family of the KaHIP / SharedMap benchmarks (factor 0.55 gives an
     average degree of about 0.95 ln n). Vertices are numbered in a spatially local
-    order (grid cells of side = radius, row-major), as a locality-preserving input
-    order of real applications would be.
+    order (:func:`spatial_order` with cells of side = radius), as a locality-preserving
+    input order of real applications would be.
 
-    The close pairs come from a parallel cell-list search (Numba); the graph equals,
-    array for array, the one of the original k-d tree version (``_rgg_reference``).
+    The close pairs come from a parallel cell-list search (Numba) on a grid of
+    ``search_cells x search_cells`` cells: by default the finest grid whose cells are
+    wider than the radius (capped near ``n`` cells). A coarser grid (1 up to that
+    default) finds the same pairs, only slower; the graph is the same, array for
+    array, as the k-d tree definition (``tests/reference_generators.py``).
     """
     n = int(n)
     if n < 1:
         raise ValueError("random_geometric_graph needs n >= 1")
-    return _rgg_from_points(random_points(n, seed), _rgg_radius(n, radius_factor))
-
-
-def _rgg_reference(n: int, seed: int = 0, radius_factor: float = 0.55) -> CommGraph:
-    """The original rgg (k-d tree pairs, lexsort numbering, from_edges): the definition
-    the fast version must reproduce exactly. Used by the tests only."""
-    from scipy.spatial import cKDTree
-
-    points = random_points(n, seed)
-    radius = _rgg_radius(n, radius_factor)
-    pairs = cKDTree(points).query_pairs(radius, output_type="ndarray")
-    # query_pairs uses <= r; the definition is strict (a tie has probability zero anyway)
-    if pairs.size:
-        d2 = ((points[pairs[:, 0]] - points[pairs[:, 1]]) ** 2).sum(axis=1)
-        pairs = pairs[d2 < radius * radius]
-    order = _spatial_order_reference(points, radius)
-    return _renumbered_unit_graph(n, pairs[:, 0], pairs[:, 1], order)
+    return _rgg_from_points(random_points(n, seed), _rgg_radius(n, radius_factor), search_cells)
 
 
 # --------------------------------------------------------------------------- Delaunay
@@ -338,7 +324,9 @@ _MARGIN = 1.0            # tile margin, in units of sqrt(ln n / n) (about 3 poin
 _EPS = np.finfo(np.float64).eps
 
 
-def _auto_tiles(n: int) -> int:
+def delaunay_tiles(n: int) -> int:
+    """Tiles per side that :func:`delaunay_graph` uses for ``n`` points: about 4096 points
+    per tile, ``floor(sqrt(n / 4096))``, at least 1 (1: one global triangulation)."""
     return max(1, int(np.sqrt(n / _TILE_POINTS)))
 
 
@@ -637,9 +625,18 @@ def _triangle_graph(triangles: np.ndarray, new_id: np.ndarray, n: int):
     return _unit_graph(xadj, adjncy), most
 
 
-def _tiled_delaunay_graph(points, tiles, margin_factor=_MARGIN, workers=None):
-    """Delaunay graph from tiles, or ``None`` when the pieces do not provably add up to
-    the triangulation (tests call this directly to be sure the tiles were used)."""
+def tiled_delaunay_graph(points: np.ndarray, tiles: int, margin_factor: float = _MARGIN,
+                         workers: int | None = None) -> CommGraph | None:
+    """The Delaunay graph of ``points`` (``(n, 2)`` float64 in the unit square) from
+    ``tiles x tiles`` tiles triangulated in parallel, or ``None`` when the pieces do not
+    provably add up to the triangulation (see the notes above ``_TILE_POINTS``).
+
+    Each tile sees the points of its square widened by ``margin_factor * sqrt(ln n / n)``
+    (unit square units); a too small margin loses triangles, which the checks detect
+    (``None``), never a wrong graph. ``workers``: threads (default: Numba's thread
+    count). Numbering and weights as :func:`delaunay_graph`, which calls this with
+    :func:`delaunay_tiles` tiles and falls back when it returns ``None``.
+    """
     n = len(points)
     cell = _rgg_radius(n, 0.55)
     order, start, cps = _spatial_cells(points, cell)
@@ -658,38 +655,25 @@ def delaunay_graph(n: int, seed: int = 0) -> CommGraph:
     """Delaunay triangulation of ``n`` uniform random points in the unit square, unit weights.
 
     The edges of the triangles (about ``3n``), numbered in the same spatially local
-    order as :func:`random_geometric_graph` (cell side ``0.55 * sqrt(ln n / n)``).
+    order as :func:`random_geometric_graph` (:func:`spatial_order`, cell side
+    ``0.55 * sqrt(ln n / n)``).
 
-    Large inputs are triangulated in parallel tiles (see the notes above
-    ``_TILE_POINTS``); the result equals the global Qhull triangulation
-    (``_delaunay_reference``), and falls back to it when a check fails.
+    Inputs with :func:`delaunay_tiles` above 1 are triangulated in parallel tiles
+    (:func:`tiled_delaunay_graph`), then, if its checks refuse, with a doubled margin,
+    then in one global Qhull call; the graph is the global triangulation's in every
+    case (``tests/reference_generators.py`` holds the definition).
     """
     n = int(n)
     if n < 3:
         raise ValueError("delaunay_graph needs n >= 3")
     points = random_points(n, seed)
-    tiles = _auto_tiles(n)
+    tiles = delaunay_tiles(n)
     if tiles > 1:
         for factor in (1, 2):  # then a doubled margin, then the global triangulation
-            graph = _tiled_delaunay_graph(points, tiles, factor * _MARGIN)
+            graph = tiled_delaunay_graph(points, tiles, factor * _MARGIN)
             if graph is not None:
                 return graph
     from scipy.spatial import Delaunay
 
-    order = _spatial_order(points, _rgg_radius(n, 0.55))
+    order = spatial_order(points, _rgg_radius(n, 0.55))
     return _triangle_graph(Delaunay(points).simplices, _inverse(order), n)[0]
-
-
-def _delaunay_reference(n: int, seed: int = 0) -> CommGraph:
-    """The original Delaunay graph (one global Qhull call, lexsort numbering,
-    from_edges): the definition the tiled version must reproduce. Tests only."""
-    from scipy.spatial import Delaunay
-
-    points = random_points(n, seed)
-    tri = Delaunay(points).simplices.astype(np.int64)
-    u = np.concatenate([tri[:, 0], tri[:, 1], tri[:, 2]])
-    v = np.concatenate([tri[:, 1], tri[:, 2], tri[:, 0]])
-    lo, hi = np.minimum(u, v), np.maximum(u, v)
-    keys = np.unique(lo * n + hi)  # every interior edge belongs to two triangles
-    order = _spatial_order_reference(points, _rgg_radius(n, 0.55))
-    return _renumbered_unit_graph(n, keys // n, keys % n, order)

@@ -1,6 +1,7 @@
-"""The fast ``.comm`` readers against the general path: the direct Numba reader
-(procmap.formats.comm._read_direct) and the NumPy one for small files (_read_small).
-Both must return the general path's graph, or None where it would raise."""
+"""The fast ``.comm`` readers against the general path, through
+:func:`procmap.formats.comm.parse_comm`: the direct Numba reader (``reader="direct"``)
+and the NumPy one for small files (``reader="small"``). Both must return the general
+path's graph, or None where it would raise."""
 from __future__ import annotations
 
 import warnings
@@ -10,29 +11,24 @@ import pytest
 
 from procmap.errors import FormatError
 from procmap.formats import comm, read_graph
+from procmap.formats.comm import parse_comm
 from procmap.graph import CommGraph
 
 
 def general(data: bytes, path="x.comm") -> CommGraph:
-    tasks, tasks_line = comm._tasks_directive(data, path)
-    return comm._read_general(data, tasks, tasks_line, path)
+    return parse_comm(data, path, reader="general")
 
 
-FAST_READERS = {"direct": comm._read_direct, "small": comm._read_small}
-
-
-@pytest.fixture(params=sorted(FAST_READERS))
+@pytest.fixture(params=["direct", "small"])
 def reader(request):
     """One of the fast readers, called like ``direct`` below."""
     def read(data: bytes, path="x.comm") -> CommGraph | None:
-        tasks, _ = comm._tasks_directive(data, path)
-        return FAST_READERS[request.param](data, tasks, path)
+        return parse_comm(data, path, reader=request.param)
     return read
 
 
 def direct(data: bytes, path="x.comm") -> CommGraph | None:
-    tasks, _ = comm._tasks_directive(data, path)
-    return comm._read_direct(data, tasks, path)
+    return parse_comm(data, path, reader="direct")
 
 
 def assert_same(a: CommGraph, b: CommGraph) -> None:
@@ -208,3 +204,15 @@ def test_one_based_warning_of_general_path_points_at_caller(tmp_path):
     with pytest.warns(UserWarning, match="looks 1-based") as slow:
         comm.read_comm(str(path))
     assert slow[0].filename == __file__
+
+
+@pytest.mark.parametrize("name", ["auto", "small", "direct", "general"])
+def test_parse_comm_warning_points_at_its_caller(name):
+    with pytest.warns(UserWarning, match="looks 1-based") as caught:
+        parse_comm(b"1 2 5\n2 3 4\n3 1 1\n", "one.comm", reader=name)
+    assert caught[0].filename == __file__
+
+
+def test_parse_comm_refuses_an_unknown_reader():
+    with pytest.raises(ValueError, match="reader must be one of"):
+        parse_comm(b"0 1 5\n", "x.comm", reader="fast")

@@ -4,7 +4,11 @@ import pytest
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from procmap.generators import delaunay_graph, grid_graph, random_geometric_graph, random_points
+from procmap import generators as gen
+from procmap.generators import (delaunay_graph, delaunay_tiles, grid_graph, random_geometric_graph,
+                                random_points, spatial_order, tiled_delaunay_graph)
+from reference_generators import (delaunay_reference, rgg_radius, rgg_reference,
+                                  spatial_order_reference)
 
 
 def _check_basic(g):
@@ -50,8 +54,7 @@ def test_rgg_edges_are_exactly_the_close_pairs():
     assert g.m == int(close.sum()) // 2
     assert sorted(g.degrees().tolist()) == sorted(close.sum(axis=1).tolist())
     # exact check through the documented numbering (cells of side = radius, row-major)
-    from procmap.generators import _spatial_order
-    order = _spatial_order(pts, radius)
+    order = spatial_order(pts, radius)
     expected = sp.csr_matrix(close[np.ix_(order, order)].astype(np.int64))
     assert (g.to_scipy() != expected).nnz == 0
 
@@ -74,12 +77,11 @@ def test_delaunay_size_and_connected():
 
 def test_delaunay_matches_scipy():
     from scipy.spatial import Delaunay
-    from procmap.generators import _spatial_order
 
     n, seed = 200, 5
     pts = random_points(n, seed)
     g = delaunay_graph(n, seed=seed)
-    order = _spatial_order(pts, 0.55 * np.sqrt(np.log(n) / n))
+    order = spatial_order(pts, 0.55 * np.sqrt(np.log(n) / n))
     new_id = np.empty(n, dtype=np.int64)
     new_id[order] = np.arange(n)
     edges = set()
@@ -92,9 +94,6 @@ def test_delaunay_matches_scipy():
 
 
 # ----------------------------------------------------------------- fast versions == references
-from procmap import generators as gen  # noqa: E402
-
-
 def _identical(a, b):
     """Bit-identical CommGraphs: every array, dtype included (published numbers depend on it)."""
     return all(np.array_equal(getattr(a, k), getattr(b, k)) and getattr(a, k).dtype == getattr(b, k).dtype
@@ -105,16 +104,25 @@ def _identical(a, b):
 @pytest.mark.parametrize("factor", [0.55, 0.2, 1.7])
 def test_rgg_equals_reference(n, factor):
     for seed in (0, 1):
-        assert _identical(random_geometric_graph(n, seed, factor), gen._rgg_reference(n, seed, factor))
+        assert _identical(random_geometric_graph(n, seed, factor), rgg_reference(n, seed, factor))
 
 
 @pytest.mark.parametrize("cells", [1, 2, 7, 30])
 def test_rgg_search_grid_does_not_matter(cells):
     """Coarser search grids than the automatic one must find exactly the same pairs."""
     n, seed = 5000, 4
-    pts = random_points(n, seed)
-    radius = gen._rgg_radius(n, 0.55)
-    assert _identical(gen._rgg_from_points(pts, radius, search_cells=cells), gen._rgg_reference(n, seed))
+    assert _identical(random_geometric_graph(n, seed, search_cells=cells), rgg_reference(n, seed))
+
+
+def test_rgg_search_grid_narrower_than_radius_is_refused():
+    n = 5000
+    # the default grid: cells wider than the radius, at most about sqrt(2n) per side
+    finest = min(int(np.floor((1.0 - 1e-9) / rgg_radius(n, 0.55))), int(np.sqrt(2.0 * n)))
+    default = random_geometric_graph(n, 4)
+    assert _identical(random_geometric_graph(n, 4, search_cells=finest), default)
+    for cells in (0, finest + 1):
+        with pytest.raises(ValueError, match="search_cells"):
+            random_geometric_graph(n, 4, search_cells=cells)
 
 
 def test_spatial_order_equals_lexsort():
@@ -123,26 +131,26 @@ def test_spatial_order_equals_lexsort():
     ties = np.round(rng.random((5000, 2)) * 40) / 40  # many equal x, equal y and duplicate points
     crowded = rng.random((3000, 2)) * 0.2  # cells of 100+ points: the merge-sort path
     for pts, cell in ((fine, 0.01), (ties, 0.1), (crowded, 0.05), (fine, 1e-4), (fine, 2.0)):
-        assert np.array_equal(gen._spatial_order(pts, cell), gen._spatial_order_reference(pts, cell))
+        assert np.array_equal(spatial_order(pts, cell), spatial_order_reference(pts, cell))
 
 
 @pytest.mark.parametrize("n, tiles", [(2 ** 12, 2), (2 ** 12, 5), (2 ** 13, 8), (2 ** 14, 3), (2 ** 14, 11)])
 def test_delaunay_tiles_equal_reference(n, tiles):
     """Small forced tiles: many tile borders, and hull triangles longer than a tile."""
     for seed in (0, 1, 2):
-        graph = gen._tiled_delaunay_graph(random_points(n, seed), tiles)
+        graph = tiled_delaunay_graph(random_points(n, seed), tiles)
         assert graph is not None, "the tiled triangulation did not add up"
-        assert _identical(graph, gen._delaunay_reference(n, seed))
+        assert _identical(graph, delaunay_reference(n, seed))
 
 
 def test_delaunay_public_path_uses_tiles_and_equals_reference(monkeypatch):
     n, seed = 2 ** 14 + 123, 7
-    assert gen._auto_tiles(n) >= 2
+    assert delaunay_tiles(n) >= 2
     calls = []
-    tiled = gen._tiled_delaunay_graph
-    monkeypatch.setattr(gen, "_tiled_delaunay_graph", lambda *a, **k: calls.append(a[1]) or tiled(*a, **k))
-    assert _identical(delaunay_graph(n, seed), gen._delaunay_reference(n, seed))
-    assert calls == [gen._auto_tiles(n)]  # the first attempt succeeded
+    monkeypatch.setattr(gen, "tiled_delaunay_graph",
+                        lambda *a, **k: calls.append(a[1]) or tiled_delaunay_graph(*a, **k))
+    assert _identical(delaunay_graph(n, seed), delaunay_reference(n, seed))
+    assert calls == [delaunay_tiles(n)]  # the first attempt succeeded
 
 
 def test_delaunay_checks_catch_a_too_small_margin(monkeypatch):
@@ -150,9 +158,9 @@ def test_delaunay_checks_catch_a_too_small_margin(monkeypatch):
     wrong graph, and delaunay_graph must then fall back to the global triangulation."""
     n, seed = 2 ** 14, 3
     pts = random_points(n, seed)
-    reference = gen._delaunay_reference(n, seed)
-    graphs = [gen._tiled_delaunay_graph(pts, 4, factor) for factor in (0.2, 0.4, 0.6)]
+    reference = delaunay_reference(n, seed)
+    graphs = [tiled_delaunay_graph(pts, 4, factor) for factor in (0.2, 0.4, 0.6)]
     assert any(graph is None for graph in graphs)  # the checks did fire
     assert all(graph is None or _identical(graph, reference) for graph in graphs)
-    monkeypatch.setattr(gen, "_tiled_delaunay_graph", lambda *a, **k: None)
+    monkeypatch.setattr(gen, "tiled_delaunay_graph", lambda *a, **k: None)
     assert _identical(delaunay_graph(n, seed), reference)

@@ -147,9 +147,10 @@ def test_limits(tmp_path, monkeypatch):
 
 
 def test_cpuset_forms():
-    assert hwloc_mod._cpuset("0x000000ff,,0x00000001", "x") == ((0xFF << 64) | 1, False)
-    bits, inf = hwloc_mod._cpuset("0xf...f,0x00000003", "x")
-    assert inf and hwloc_mod._has((bits, inf), 1000) and not hwloc_mod._has((bits, inf), 2)
+    assert hwloc_mod.parse_cpuset("0x000000ff,,0x00000001", "x") == ((0xFF << 64) | 1, False)
+    bits, inf = hwloc_mod.parse_cpuset("0xf...f,0x00000003", "x")
+    assert inf and hwloc_mod.cpuset_has((bits, inf), 1000)
+    assert not hwloc_mod.cpuset_has((bits, inf), 2)
 
 
 # ------------------------------------------------------------------- CLI
@@ -187,12 +188,20 @@ def test_machine_args_take_topology(tmp_path, capsys):
     assert "give one of --hierarchy, --distance-matrix and --topology" in capsys.readouterr().err
 
 
-def test_machine_slots_only_on_usable_pes():
-    import argparse
+def test_machine_slots_only_on_usable_pes(tmp_path, capsys):
+    """--slots 2 on PEs 0, 1, 2, 4, 5 (the usable PUs), none on PEs 3, 6 and 7."""
+    graph = tmp_path / "g.comm"
+    graph.write_text("".join(f"{i} {i + 1} 5\n" for i in range(9)))  # 10 tasks
+    machine = ["--topology", path("offline-2p2c2t.v2.xml"), "--hwloc-pus", "--slots", "2"]
 
-    from procmap.cli import _machine
+    def over_capacity(pes):
+        mapping = tmp_path / "g.map"
+        mapping.write_text("".join(f"{pe}\n" for pe in pes))
+        assert main(["eval", str(graph), *machine, "--mapping", str(mapping), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert "10 slots" in out["machine"]
+        return out["pes_over_capacity"]
 
-    args = argparse.Namespace(topology=path("offline-2p2c2t.v2.xml"), hwloc_pus=True,
-                              distance=None, hierarchy=None, distance_matrix=None, slots="2")
-    h = _machine(args)
-    assert h.capacities.tolist() == [2, 2, 2, 0, 2, 2, 0, 0]
+    assert over_capacity([0, 0, 1, 1, 2, 2, 4, 4, 5, 5]) == 0
+    assert over_capacity([0, 0, 0, 1, 1, 2, 2, 4, 4, 5]) == 1  # 3 tasks on a PE of 2 slots
+    assert over_capacity([3, 6, 7, 0, 1, 1, 2, 2, 4, 5]) == 3  # the PEs without slots

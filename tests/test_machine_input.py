@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import resource
@@ -301,14 +302,16 @@ def test_reversed_distances_warn_once_per_machine():
     ("4611686018427387904", "--slots 4611686018427387904 is above procmap's limit of "
                             "2,147,483,646"),
 ])
-def test_slots_flag(slots, message):
-    from procmap.cli import _machine
+def test_slots_flag(slots, message, tmp_path, capsys):
+    from procmap.cli import main
 
-    args = argparse.Namespace(hierarchy="4:8:6", distance=None, distance_matrix=None, slots=slots)
-    with pytest.raises(InputError, match=message):
-        _machine(args)
-    args.slots = "2"
-    assert _machine(args).total_slots == 384
+    graph = tmp_path / "g.comm"
+    graph.write_text("0 1 5\n")
+    argv = ["eval", str(graph), "-H", "4:8:6", "--baseline", "block", "--json", "--slots"]
+    assert main([*argv, slots]) == 2
+    assert capsys.readouterr().err == f"procmap: error: {message}\n"
+    assert main([*argv, "2"]) == 0
+    assert "384 slots" in json.loads(capsys.readouterr().out)["machine"]
 
 
 def test_messages_show_plain_numbers():

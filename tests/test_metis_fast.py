@@ -1,7 +1,8 @@
 """The direct METIS reader (CSR built from the bytes) against the general path.
 
-``read_metis`` tries :func:`procmap.formats.metis._read_direct` first and falls back
-to :func:`_read_general` (tokenizer + COO + ``CommGraph.from_edges``); both must give
+``read_metis`` tries the direct reader first (``parse_metis(..., reader="direct")``)
+and falls back to the general one (``reader="general"``: tokenizer + COO +
+``CommGraph.from_edges``); both must give
 the same graph on every valid file, and the direct path must accept (not fall back
 on) the plain files it is meant for.
 """
@@ -12,8 +13,18 @@ import pytest
 
 from procmap.errors import FormatError
 from procmap.formats import metis
-from procmap.formats.metis import _read_direct, _read_general, read_metis
+from procmap.formats.metis import parse_metis, read_metis
 from procmap.graph import CommGraph
+
+
+def direct_reader(data: bytes, path, chunks: int | None = None) -> CommGraph | None:
+    """The direct reader alone: ``None`` where it declines the file."""
+    return parse_metis(data, path, reader="direct", chunks=chunks)
+
+
+def general_reader(data: bytes, path) -> CommGraph:
+    """The general (tokenizer) reader, the oracle of the direct one."""
+    return parse_metis(data, path, reader="general")
 
 
 def _random_file(rng, n, fmt, *, comments=False, loops=False, shuffle=False,
@@ -75,19 +86,19 @@ def test_direct_matches_general(fmt, variant):
         data = _random_file(rng, n, fmt, comments=variant in ("comments", "all"),
                             loops=variant in ("loops", "all"),
                             shuffle=variant in ("unsorted", "all"))
-        fast = _read_direct(data, "x.graph")
+        fast = direct_reader(data, "x.graph")
         assert fast is not None, (fmt, variant, n)
-        assert _same(fast, _read_general(data, "x.graph"))
+        assert _same(fast, general_reader(data, "x.graph"))
 
 
 def test_isolated_vertices_blank_lines_and_no_final_newline(tmp_path):
     data = b"%c\n\n4 1\n2\n1\n\n   \n\n\n"  # blank lines before the header and after n
-    g = _read_direct(data, "x")
-    assert g is not None and _same(g, _read_general(data, "x"))
+    g = direct_reader(data, "x")
+    assert g is not None and _same(g, general_reader(data, "x"))
     assert g.degrees().tolist() == [1, 1, 0, 0]
     data = b"2 1 1\n2 5\n1 5"
-    g = _read_direct(data, "x")
-    assert g is not None and _same(g, _read_general(data, "x"))
+    g = direct_reader(data, "x")
+    assert g is not None and _same(g, general_reader(data, "x"))
 
 
 @pytest.mark.parametrize("data", [
@@ -97,10 +108,10 @@ def test_isolated_vertices_blank_lines_and_no_final_newline(tmp_path):
     b"2 1 1\n2 0000000000000000000007\n1 7\n",  # more than 18 digits
 ])
 def test_rare_spellings_fall_back(data, tmp_path):
-    assert _read_direct(data, "x") is None
+    assert direct_reader(data, "x") is None
     path = tmp_path / "g.graph"
     path.write_bytes(data)
-    assert _same(read_metis(path), _read_general(data, path))
+    assert _same(read_metis(path), general_reader(data, path))
 
 
 @pytest.mark.parametrize("data", [
@@ -118,13 +129,13 @@ def test_rare_spellings_fall_back(data, tmp_path):
     b"2 1 3\n2\n1\n",              # bad fmt
 ])
 def test_errors_come_from_general_path(data, tmp_path):
-    assert _read_direct(data, "x") is None
+    assert direct_reader(data, "x") is None
     path = tmp_path / "g.graph"
     path.write_bytes(data)
     with pytest.raises(FormatError) as fast:
         read_metis(path)
     with pytest.raises(FormatError) as general:
-        _read_general(data, path)
+        general_reader(data, path)
     assert str(fast.value) == str(general.value)
 
 
@@ -135,7 +146,7 @@ def test_written_file_reads_back(tmp_path):
     path = tmp_path / "g.graph"
     metis.write_metis(graph, path)
     data = path.read_bytes()
-    fast = _read_direct(data, path)
+    fast = direct_reader(data, path)
     assert fast is not None and _same(fast, graph)
 
 
@@ -146,9 +157,9 @@ def test_any_chunking_gives_the_same_graph(fmt):
     rng = np.random.default_rng(fmt + 1000)
     data = _random_file(rng, 300, fmt, comments=True, loops=True, shuffle=True)
     for text in (data, data.replace(b"\n", b"\r\n")):
-        expected = _read_general(text, "x")
+        expected = general_reader(text, "x")
         for nchunks in (1, 3, 64, 1000):
-            fast = _read_direct(text, "x", nchunks)
+            fast = direct_reader(text, "x", nchunks)
             assert fast is not None, (fmt, nchunks)
             assert _same(fast, expected)
 
@@ -156,10 +167,10 @@ def test_any_chunking_gives_the_same_graph(fmt):
 def test_every_chunk_border_of_a_small_file():
     data = (b"% head\n\n  \n5 4 011 1 % header comment\n3 2 1 4 1 % c\n%mid\n 4 1 1 4 5 \r\n"
             b"  % indented comment\n7\n1 1 1 2 5 5 2\n2 4 2\n\n   \n% end\n\n")
-    expected = _read_general(data, "x")
+    expected = general_reader(data, "x")
     assert expected.degrees().tolist() == [2, 2, 0, 3, 1]
     for nchunks in list(range(1, 40)) + [len(data) // 2, len(data) + 1]:
-        fast = _read_direct(data, "x", nchunks)
+        fast = direct_reader(data, "x", nchunks)
         assert fast is not None
         assert _same(fast, expected)
 
@@ -168,9 +179,9 @@ def test_large_file_many_chunks():
     rng = np.random.default_rng(7)
     data = _random_file(rng, 60_000, 1)
     assert len(data) > 1 << 20  # 16 chunks of 64 KiB or more
-    fast = _read_direct(data, "x")
+    fast = direct_reader(data, "x")
     assert fast is not None
-    assert _same(fast, _read_general(data, "x"))
+    assert _same(fast, general_reader(data, "x"))
 
 
 @pytest.mark.parametrize("data", [
@@ -186,15 +197,15 @@ def test_large_file_many_chunks():
     b"3 2\n2\n1 3\n1\r\n",           # asymmetric (CRLF)
 ])
 def test_more_errors_come_from_general_path(data, tmp_path):
-    assert _read_direct(data, "x") is None
+    assert direct_reader(data, "x") is None
     for nchunks in (2, 5):
-        assert _read_direct(data, "x", nchunks) is None
+        assert direct_reader(data, "x", nchunks) is None
     path = tmp_path / "g.graph"
     path.write_bytes(data)
     with pytest.raises(FormatError) as fast:
         read_metis(path)
     with pytest.raises(FormatError) as general:
-        _read_general(data, path)
+        general_reader(data, path)
     assert str(fast.value) == str(general.value)
     assert fast.value.line == general.value.line
 
@@ -210,8 +221,15 @@ def test_direct_reader_hands_over_exact_totals(tmp_path):
     for g in (graph, weighted):
         path = str(tmp_path / "g.graph")
         write_graph(g, path)
-        got = metis._read_direct(open(path, "rb").read(), path)
+        got = direct_reader(open(path, "rb").read(), path)
         assert got is not None
         kept = vars(got)
         assert kept["total_edge_weight"] == exact_sum(got.adjwgt) == exact_sum(g.adjwgt)
         assert kept["total_vertex_weight"] == exact_sum(got.vwgt) == exact_sum(g.vwgt)
+
+
+def test_parse_metis_refuses_bad_switches():
+    with pytest.raises(ValueError, match="reader must be one of"):
+        parse_metis(b"2 1\n2\n1\n", "x", reader="small")
+    with pytest.raises(ValueError, match="chunks must be at least 1"):
+        parse_metis(b"2 1\n2\n1\n", "x", chunks=0)

@@ -1,30 +1,27 @@
-"""The direct MatrixMarket reader (procmap.formats.matrixmarket._read_direct) against
-the general tokenizer path (``_read_general``), the oracle it must match: the same
-graph on every file it accepts, ``None`` (and then the general path's error, word
-for word) on every file it does not."""
+"""The direct MatrixMarket reader against the general tokenizer path, through
+:func:`procmap.formats.matrixmarket.parse_mtx` (``reader="direct"`` and
+``reader="general"``), the oracle it must match: the same graph on every file it
+accepts, ``None`` (and then the general path's error, word for word) on every file
+it does not."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from procmap.errors import FormatError
-from procmap.formats import matrixmarket as mm
 from procmap.formats import read_graph
+from procmap.formats.matrixmarket import parse_mtx
 from procmap.graph import CommGraph
 
 
-def banner_of(data: bytes) -> tuple[str, str, str]:
-    return mm._parse_banner(data, "x.mtx")
-
-
 def general(data: bytes, path="x.mtx") -> CommGraph:
-    return mm._read_general(data, *banner_of(data), path)
+    return parse_mtx(data, path, reader="general")
 
 
 def direct(data: bytes, path="x.mtx", nchunks=None) -> CommGraph | None:
-    layout, field, _ = banner_of(data)
-    assert layout == "coordinate"
-    return mm._read_direct(data, field, path, nchunks)
+    banner = data.split(b"\n", 1)[0].lower().split()
+    assert banner[2:3] == [b"coordinate"]  # the files the direct path is for
+    return parse_mtx(data, path, reader="direct", chunks=nchunks)
 
 
 def assert_same(a: CommGraph, b: CommGraph) -> None:
@@ -212,3 +209,17 @@ def test_array_layout_keeps_the_general_path(tmp_path):
     path.write_text("%%MatrixMarket matrix array integer general\n2 2\n0\n2\n1\n0\n")
     graph = read_graph(str(path))
     assert graph.adjncy.tolist() == [1, 0] and graph.adjwgt.tolist() == [3, 3]
+
+
+def test_direct_reader_declines_the_array_layout():
+    data = b"%%MatrixMarket matrix array integer general\n2 2\n0\n5\n5\n0\n"
+    assert parse_mtx(data, "x.mtx", reader="direct") is None
+    assert parse_mtx(data, "x.mtx").m == 1
+
+
+def test_parse_mtx_refuses_bad_switches():
+    data = b"%%MatrixMarket matrix coordinate integer general\n2 2 1\n1 2 5\n"
+    with pytest.raises(ValueError, match="reader must be one of"):
+        parse_mtx(data, "x.mtx", reader="small")
+    with pytest.raises(ValueError, match="chunks must be at least 1"):
+        parse_mtx(data, "x.mtx", chunks=0)

@@ -110,9 +110,9 @@ def test_cancelled_read_stops(tmp_path, small_pieces):
     write_graph(grid_graph((60, 50)), path)
     pending = pmg.start_read(path)
     pending.cancel()
-    pending._thread.join(timeout=30)
-    assert not pending._thread.is_alive()
+    assert pending.wait(timeout=30)  # the reading thread has ended
     pending.cancel()  # harmless twice
+    assert pending.wait(timeout=0)
 
 
 # ---------------------------------------------------------------- warm-up helpers

@@ -55,7 +55,8 @@ from dataclasses import dataclass
 from procmap.errors import InputError, TopologyError
 from procmap.limits import check_pes
 
-__all__ = ["HwlocMachine", "read_hwloc", "MAX_XML_BYTES", "MAX_DEPTH"]
+__all__ = ["HwlocMachine", "read_hwloc", "parse_cpuset", "cpuset_has", "MAX_XML_BYTES",
+           "MAX_DEPTH"]
 
 #: Largest hwloc XML file read (real exports of 1,000-core machines are a few MiB).
 MAX_XML_BYTES = 64 * 2**20
@@ -104,9 +105,16 @@ class HwlocMachine:
 
 
 # ---------------------------------------------------------------- parsing
-def _cpuset(text: str | None, path: str) -> tuple[int, bool] | None:
-    """An hwloc bitmap (``"0x000000ff,0xffffffff"``, ``"0xf...f,0x3"``) as
-    ``(bits, infinite)``; ``infinite`` means every bit above the words is set."""
+def parse_cpuset(text: str | None, path: str) -> tuple[int, bool] | None:
+    """An hwloc bitmap attribute (``cpuset``, ``allowed_cpuset``, ...) as ``(bits, infinite)``.
+
+    The text is comma-separated 32-bit hex words, most significant first
+    (``"0x000000ff,0xffffffff"``); an empty word is an all-zero one (hwloc writes
+    ``"0xff,,0x1"``), and a leading ``"0xf...f"`` sets every bit above the words
+    (``infinite`` is then True, and ``bits`` a negative int with those bits set). Bit
+    ``i`` is PU ``os_index`` ``i``. ``None`` (attribute absent) gives ``None``: no
+    restriction. Raises :class:`InputError` naming ``path`` for a malformed word.
+    """
     if text is None:
         return None
     words = text.strip().split(",")
@@ -126,7 +134,8 @@ def _cpuset(text: str | None, path: str) -> tuple[int, bool] | None:
     return value, infinite
 
 
-def _has(cpuset: tuple[int, bool] | None, bit: int) -> bool:
+def cpuset_has(cpuset: tuple[int, bool] | None, bit: int) -> bool:
+    """Whether a :func:`parse_cpuset` result holds PU ``bit``; ``None`` holds every PU."""
     return cpuset is None or bool((cpuset[0] >> bit) & 1)
 
 
@@ -198,7 +207,7 @@ def _parse(data: bytes, path: str):
                 if kind == "Machine":
                     machines[counter] = dict(elem.attrib)
                 elif kind == "NUMANode":
-                    numas.append(_cpuset(elem.get("cpuset"), path))
+                    numas.append(parse_cpuset(elem.get("cpuset"), path))
                 elif kind == "PU":
                     index = elem.get("os_index")
                     if index is None or not re.fullmatch(r"[0-9]{1,9}", index):
@@ -332,8 +341,8 @@ def read_hwloc(path: str | os.PathLike, *, pus: bool = False,
     # holds it; a Machine without them (or a PU outside any) takes the root's.
     # Only a v1 System root has Machines below it.
     def sets(attrs):
-        return (_cpuset(attrs.get("allowed_cpuset"), name),
-                _cpuset(attrs.get("online_cpuset"), name))  # online: v1 only
+        return (parse_cpuset(attrs.get("allowed_cpuset"), name),
+                parse_cpuset(attrs.get("online_cpuset"), name))  # online: v1 only
 
     root_sets = sets(root)
     machine_sets = {m: sets(a) for m, a in machines.items()}
@@ -343,7 +352,7 @@ def read_hwloc(path: str | os.PathLike, *, pus: bool = False,
         m_allowed, m_online = machine_sets.get(keys.get("Machine"), (None, None))
         allowed = m_allowed if m_allowed is not None else allowed
         online = m_online if m_online is not None else online
-        usable_pu.append(_has(allowed, i) and _has(online, i))
+        usable_pu.append(cpuset_has(allowed, i) and cpuset_has(online, i))
 
     # Choose the levels: sort the candidates fine to coarse by group count (stable,
     # so equal counts keep the natural order), then keep those that nest.

@@ -41,7 +41,8 @@ from procmap.limits import INT64_MAX, MAX_TASKS, check_declared_tasks, exact_sum
 from .atomic import as_format_error, atomic_write, read_bytes
 from procmap.textfmt import show_number
 
-#: Files up to this size are read by :func:`_read_small` (pure NumPy).
+#: Files up to this size (bytes) are read by the ``"small"`` reader (pure NumPy) of
+#: :func:`parse_comm`, larger ones by the ``"direct"`` one (Numba).
 SMALL_FILE_BYTES = 1 << 20
 #: Tokens of the plain spelling: decimal digits only, short enough for int64.
 _PLAIN_DIGITS = 18
@@ -104,30 +105,63 @@ def _entry_problem(entry: np.ndarray, problem: int, tasks: int | None,
     return f"rank {show_number(rank)} out of range: '# tasks: {tasks}' (line {tasks_line})"
 
 
+#: The values of ``parse_comm``'s ``reader``.
+READERS = ("auto", "small", "direct", "general")
+
+
 def read_comm(path: str | os.PathLike) -> CommGraph:
     """Read a ``.comm`` file into a CommGraph holding ``C + C^T``.
 
     Raises :class:`FormatError` naming the file and 1-based line for: a line
     without exactly three numbers, a non-integer or negative rank, a rank not
     below ``# tasks: N``, a negative, NaN or infinite volume, and a file with no
-    entries (and no ``# tasks:`` line), or zero tasks.
-
-    A file whose entry lines are all plain ``int int int`` (digits only, at most
-    18 each) is read straight into CSR arrays (:func:`_read_direct`); any other
-    file (float volumes, ``1e3``, an error) is read again by the general tokenizer
-    path (:func:`_read_general`), which words every error with its line.
+    entries (and no ``# tasks:`` line), or zero tasks. The file is parsed as by
+    :func:`parse_comm` with ``reader="auto"``.
     """
-    data = read_bytes(path)
+    return _parse(read_bytes(path), path, "auto")
+
+
+def parse_comm(data: bytes, path: str | os.PathLike, *, reader: str = "auto") -> CommGraph | None:
+    """Parse the bytes of a ``.comm`` file; ``path`` only names it in errors and warnings.
+
+    ``reader`` picks the parser. ``"auto"`` (what :func:`read_comm` does): a file of at
+    most ``SMALL_FILE_BYTES`` bytes goes to ``"small"``, a larger one to ``"direct"``,
+    and a file the fast path declines is parsed again by ``"general"``. The three:
+
+    * ``"small"``: the plain spelling (entry lines ``int int int``, digits only, at most
+      18 each) parsed with ``bytes`` methods and NumPy, no Numba (whose first kernel
+      costs more start-up than such a file takes to parse);
+    * ``"direct"``: the plain spelling parsed in parallel line-aligned chunks straight
+      into the CSR arrays (:mod:`procmap.kernels.io.comm_cpu`);
+    * ``"general"``: the tokenizer; accepts every spelling the format allows (float
+      volumes, ``1e3``, 19-digit integers) and raises the :class:`FormatError` of any
+      error, with its line.
+
+    The fast paths give the general path's graph, array for array, on every file they
+    accept, and return ``None`` (never raise for the file's content) on every other one:
+    another spelling, or a check that would fail (task count, total weight). Only
+    ``"small"`` and ``"direct"`` return ``None``.
+    """
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
+    return _parse(data, path, reader)
+
+
+def _parse(data: bytes, path, reader: str) -> CommGraph | None:
+    """:func:`parse_comm` after the check of ``reader``. :func:`read_comm` calls this
+    too, so that a warning's stack level (its caller's line) is the same from both."""
     tasks, tasks_line = _tasks_directive(data, path)
-    direct = _read_small if len(data) <= SMALL_FILE_BYTES else _read_direct
-    graph = direct(data, tasks, path)
-    if graph is not None:
-        return graph
-    return _read_general(data, tasks, tasks_line, path)
+    if reader == "auto":
+        reader = "small" if len(data) <= SMALL_FILE_BYTES else "direct"
+        graph = (_read_small if reader == "small" else _read_direct)(data, tasks, path)
+        return graph if graph is not None else _read_general(data, tasks, tasks_line, path)
+    if reader == "general":
+        return _read_general(data, tasks, tasks_line, path)
+    return (_read_small if reader == "small" else _read_direct)(data, tasks, path)
 
 
 def _read_small(data: bytes, tasks: int | None, path) -> CommGraph | None:
-    """The path of :func:`read_comm` for files up to ``SMALL_FILE_BYTES``: the plain
+    """The ``"small"`` reader of :func:`parse_comm` (files up to ``SMALL_FILE_BYTES``): the plain
     spelling parsed with ``bytes`` methods and NumPy, no Numba (whose first kernel
     costs more start-up than such a file takes to parse). ``None`` as for
     :func:`_read_direct`: the general path then reads the file and words the error.
@@ -159,8 +193,8 @@ def _read_small(data: bytes, tasks: int | None, path) -> CommGraph | None:
 
 
 def _read_direct(data: bytes, tasks: int | None, path) -> CommGraph | None:
-    """The fast path of :func:`read_comm` (:mod:`procmap.kernels.io.comm_cpu`): a parallel
-    parse of line-aligned chunks into ``src``/``dst`` (int32) and volumes (int64),
+    """The ``"direct"`` reader of :func:`parse_comm` (:mod:`procmap.kernels.io.comm_cpu`): a
+    parallel parse of line-aligned chunks into ``src``/``dst`` (int32) and volumes (int64),
     then the symmetric CSR built directly (degree count of both directions, prefix
     sum, fill, per-row sort and merge of duplicates).
 
@@ -206,14 +240,14 @@ def _read_direct(data: bytes, tasks: int | None, path) -> CommGraph | None:
             return None
         del kept
     if tasks is None and int(bottom) == 1 and kc.all_ranks_from_one(src, dst, implied - 1):
-        _one_based_warning(implied - 1, path, stacklevel=4)
+        _one_based_warning(implied - 1, path, stacklevel=5)
 
     xadj, adjncy, adjwgt = kc.build_symmetric(src, dst, volume, n)
     return CommGraph(xadj, adjncy, adjwgt, np.ones(n, dtype=np.int64))
 
 
 def _read_general(data: bytes, tasks: int | None, tasks_line: int | None, path) -> CommGraph:
-    """The general path of :func:`read_comm`: tokenize the whole file, check every
+    """The ``"general"`` reader of :func:`parse_comm`: tokenize the whole file, check every
     entry and build with :meth:`CommGraph.from_edges`. Accepts every spelling the
     format allows (float volumes, exponents, 19-digit integers) and names the line
     of any error."""
@@ -265,11 +299,12 @@ def _warn_if_one_based(src: np.ndarray, dst: np.ndarray, path) -> None:
     seen[src] = True
     seen[dst] = True
     if seen[1:].all():
-        _one_based_warning(top, path, stacklevel=5)
+        _one_based_warning(top, path, stacklevel=6)
 
 
 def _one_based_warning(top: int, path, stacklevel: int) -> None:
-    """The warning of :func:`_warn_if_one_based`; ``stacklevel`` points at read_comm's caller."""
+    """The warning of :func:`_warn_if_one_based`; ``stacklevel`` points at the caller of
+    read_comm or parse_comm (both call :func:`_parse`)."""
     warnings.warn(f"{os.fspath(path)}: the ranks run 1..{top:,} and no entry mentions rank "
                   "0: the file looks 1-based, but .comm ranks are 0-based, so rank 0 never "
                   f"communicates and {top + 1:,} tasks are mapped (renumber from 0, or add "

@@ -71,31 +71,67 @@ def _parse_banner(data: bytes, path) -> tuple[str, str, str]:
     return layout, field, symmetry
 
 
+#: The values of ``parse_mtx``'s ``reader``.
+READERS = ("auto", "direct", "general")
+
+
 def read_mtx(path: str | os.PathLike) -> CommGraph:
     """Read a MatrixMarket file into a CommGraph (see the module docstring for semantics).
 
-    A ``coordinate`` file whose size line and entry lines are plain integers (at
-    most 18 digits; an ``integer``, ``pattern``, or ``real`` field whose values are
-    all written as integers below 2^53) is read straight into CSR arrays, in
-    parallel (:func:`_read_direct`); any other file (``array`` layout, ``2.5``,
-    ``1e3``, an error) is read again by the general tokenizer path
-    (:func:`_read_general`), which words every error with its line.
+    Parsed as by :func:`parse_mtx` with ``reader="auto"``; the file's bytes are freed
+    before the CSR arrays are built.
     """
-    data = read_bytes(path)
-    layout, field, symmetry = _parse_banner(data, path)
-    if layout == "coordinate":
-        holder = [data]  # the direct path drops the bytes once it cannot fall back
-        del data
-        graph = _read_direct(holder, field, path)
-        if graph is not None:
+    # Only the list holds the bytes: the direct path empties it once it cannot fall back.
+    return _parse([read_bytes(path)], path, "auto", None)
+
+
+def parse_mtx(data: bytes, path: str | os.PathLike, *, reader: str = "auto",
+              chunks: int | None = None) -> CommGraph | None:
+    """Parse the bytes of a MatrixMarket file; ``path`` only names it in errors.
+
+    ``reader`` picks the parser:
+
+    * ``"direct"``: a ``coordinate`` file whose size line and entry lines are plain
+      integers (at most 18 digits; an ``integer``, ``pattern``, or ``real`` field whose
+      values are all written as integers below 2^53), parsed in parallel line-aligned
+      chunks straight into the CSR arrays (:mod:`procmap.kernels.io.comm_cpu`);
+    * ``"general"``: the tokenizer; reads every layout and spelling the module
+      docstring allows (``array``, ``2.5``, ``1e3``) and raises the
+      :class:`FormatError` of any error, with its line;
+    * ``"auto"`` (what :func:`read_mtx` does): ``"direct"``, then ``"general"`` for a
+      file it declines.
+
+    The direct path gives the general path's graph, array for array, on every file
+    it accepts and returns ``None`` on every other one (another layout or spelling,
+    or a check that would fail: entry count, declared size, total weight); only
+    ``"direct"`` returns ``None``. Every reader raises for a bad banner line.
+    ``chunks``: the number of chunks the direct path splits the entry lines into
+    (default: one per 64 KiB, at most 8 per Numba thread); every count >= 1 gives the
+    same graph.
+    """
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
+    if chunks is not None and chunks < 1:
+        raise ValueError(f"chunks must be at least 1, got {chunks}")
+    return _parse([data], path, reader, chunks)
+
+
+def _parse(holder: list, path, reader: str, chunks: int | None) -> CommGraph | None:
+    """:func:`parse_mtx` on the bytes in the one-element list ``holder`` (see
+    :func:`_read_direct` for why a list)."""
+    layout, field, symmetry = _parse_banner(holder[0], path)
+    if reader != "general" and layout == "coordinate":
+        graph = _read_direct(holder, field, path, chunks)
+        if graph is not None or reader == "direct":
             return graph
-        data = holder[0]
-    return _read_general(data, layout, field, symmetry, path)
+    elif reader == "direct":  # the direct path reads coordinate files only
+        return None
+    return _read_general(holder[0], layout, field, symmetry, path)
 
 
 def _read_direct(data: bytes | list, field: str, path,
                  nchunks: int | None = None) -> CommGraph | None:
-    """The fast path of :func:`read_mtx` for ``coordinate`` files
+    """The ``"direct"`` reader of :func:`parse_mtx` for ``coordinate`` files
     (:mod:`procmap.kernels.io.comm_cpu`): a parallel parse of line-aligned chunks into
     ``src``/``dst`` (int32) and volumes (int64), then the symmetric CSR built
     directly (degrees of both directions, fill, per-row sort and merge), as for
@@ -112,7 +148,7 @@ def _read_direct(data: bytes | list, field: str, path,
     caller holds no other reference. Peak memory: the larger of the file plus 16
     bytes per entry line (parse), and 16 bytes per entry line plus 12 bytes per
     directed CSR entry before duplicates merge, plus 16 per row (fill).
-    ``nchunks`` overrides the number of chunks (tests).
+    ``nchunks``: ``parse_mtx``'s ``chunks``.
     """
     import numba as nb
 
@@ -174,7 +210,7 @@ def _read_direct(data: bytes | list, field: str, path,
 
 
 def _read_general(data: bytes, layout: str, field: str, symmetry: str, path) -> CommGraph:
-    """The general path of :func:`read_mtx`: tokenize the whole file, check every
+    """The ``"general"`` reader of :func:`parse_mtx`: tokenize the whole file, check every
     entry and build with :meth:`CommGraph.from_edges`. Reads every layout and
     spelling the module docstring allows and names the line of any error."""
     tokens = tokenize(data, path, comment="%")  # the banner itself starts with '%'

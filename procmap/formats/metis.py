@@ -89,22 +89,50 @@ def read_metis(path: str | os.PathLike) -> CommGraph:
     ``1..n``, non-integer or negative weights, an edge missing from its other
     endpoint's line or with a different weight there ("asymmetric"), duplicate
     neighbours, too few/many vertex lines and an ``m`` that does not match.
-
-    The file is read straight into CSR arrays, in parallel (:func:`_read_direct`); a
-    file that path does not accept as it is (an error, or a rare spelling such as
-    ``2.0``, ``+3``, 19-digit integers or zero edge weights) is read again by the
-    general tokenizer path (:func:`_read_general`), which words every error with its
-    line.
+    The file is parsed by :func:`parse_metis` with ``reader="auto"``.
     """
-    data = read_bytes(path)
-    graph = _read_direct(data, path)
-    if graph is not None:
-        return graph
+    return parse_metis(read_bytes(path), path)
+
+
+#: The values of ``parse_metis``'s ``reader``.
+READERS = ("auto", "direct", "general")
+
+
+def parse_metis(data: bytes, path: str | os.PathLike, *, reader: str = "auto",
+                chunks: int | None = None) -> CommGraph | None:
+    """Parse the bytes of a METIS graph file; ``path`` only names it in errors.
+
+    ``reader`` picks the parser:
+
+    * ``"direct"``: the CSR arrays built straight from the bytes in parallel passes
+      over line-aligned chunks, then verified (:mod:`procmap.kernels.io.metis_cpu`,
+      :mod:`procmap.kernels.io.validate_cpu`);
+    * ``"general"``: the tokenizer, COO arrays and :meth:`CommGraph.from_edges`;
+      accepts every spelling the format allows (``2.0``, ``+3``, 19-digit integers,
+      zero edge weights) and raises the :class:`FormatError` of any error, with its
+      line;
+    * ``"auto"`` (what :func:`read_metis` does): ``"direct"``, then ``"general"`` for a
+      file it declines.
+
+    The direct path gives the general path's graph, array for array, on every file it
+    accepts and returns ``None`` on every other one (an error or a rarer spelling);
+    only ``"direct"`` returns ``None``. ``chunks``: the number of chunks the direct
+    path splits the vertex lines into (default: one per 64 KiB, at most 8 per Numba
+    thread); every count >= 1 gives the same graph.
+    """
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {', '.join(READERS)}, got {reader!r}")
+    if chunks is not None and chunks < 1:
+        raise ValueError(f"chunks must be at least 1, got {chunks}")
+    if reader != "general":
+        graph = _read_direct(data, path, chunks)
+        if graph is not None or reader == "direct":
+            return graph
     return _read_general(data, path)
 
 
 def _read_direct(data: bytes, path, nchunks: int | None = None) -> CommGraph | None:
-    """The fast path of :func:`read_metis`: build the CSR arrays in two parallel
+    """The ``"direct"`` reader of :func:`parse_metis`: build the CSR arrays in two parallel
     passes over line-aligned chunks of the bytes (count lines and tokens, then parse
     into ``adjncy``/``adjwgt``/``vwgt``/``xadj``), verify them with
     :mod:`procmap.kernels.io.validate_cpu` and wrap them as they are.
@@ -113,7 +141,7 @@ def _read_direct(data: bytes, path, nchunks: int | None = None) -> CommGraph | N
     (the caller then re-reads it with the general path, which raises the error or
     accepts the rarer spelling). Peak memory: the file, 12 bytes per directed edge
     (``adjncy`` int32 + ``adjwgt`` int64) and 16 bytes per vertex (``xadj``,
-    ``vwgt``); nothing per line. ``nchunks`` overrides the number of chunks (tests).
+    ``vwgt``); nothing per line. ``nchunks``: ``parse_metis``'s ``chunks``.
     """
     import numba as nb
 
@@ -192,7 +220,7 @@ def _read_direct(data: bytes, path, nchunks: int | None = None) -> CommGraph | N
 
 
 def _read_general(data: bytes, path) -> CommGraph:
-    """The general path of :func:`read_metis`: tokenize the whole file, build COO
+    """The ``"general"`` reader of :func:`parse_metis`: tokenize the whole file, build COO
     arrays, check symmetry by sorting and build with :meth:`CommGraph.from_edges`.
     Accepts every spelling the format allows and names the line of any error."""
     tokens = tokenize(data, path, comment="%", keep_blank=True)

@@ -214,11 +214,19 @@ class PendingRead:
         never asked for). Harmless after the read ended."""
         self._cancelled.set()
 
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds (``None``: until it ends) for the read to end:
+        done, failed or cancelled (:meth:`cancel`); return whether it has ended. A read
+        made with ``background=False`` has ended when the object exists."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
     def result(self) -> CommGraph:
         """Wait for the read, then check the checksum and validate (see the module
         docstring); raises :class:`FormatError` naming the file for any violation."""
-        if self._thread is not None:
-            self._thread.join()
+        self.wait()
         if self._error is not None:
             raise self._error
         buffer, n, nnz, wdtype, checksum, crc = self._outcome
