@@ -22,12 +22,12 @@ def test_queue_pops_larger_gain_first_then_smaller_vertex():
     size = 0
     popped = []
     for i, (g, v) in enumerate(zip(gains, verts)):
-        size = fm_cpu._push(heap, size, g, v)
+        size = fm_cpu.queue_push(heap, size, g, v)
         if i % 3 == 2:  # interleave pops with pushes
-            g0, v0, size = fm_cpu._pop(heap, size)
+            g0, v0, size = fm_cpu.queue_pop(heap, size)
             popped.append((g0, v0))
     while size:
-        g0, v0, size = fm_cpu._pop(heap, size)
+        g0, v0, size = fm_cpu.queue_pop(heap, size)
         popped.append((g0, v0))
     assert len(popped) == gains.size
     # replay with a sorted list: the same pops, entry for entry

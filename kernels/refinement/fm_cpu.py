@@ -75,7 +75,9 @@ def _pops_first(gain, vertex, other_gain, other_vertex):
 
 
 @nb.njit(cache=True, nogil=True)
-def _push(heap, size, gain, vertex):
+def queue_push(heap, size, gain, vertex):
+    """Add ``(gain, vertex)`` to the move queue ``heap[:size]`` (rows ``(gain, vertex)``;
+    ``heap`` has room for one more); returns the new size."""
     v = float(vertex)  # exact: vertex ids are below 2^53
     i = size
     while i > 0:
@@ -91,7 +93,9 @@ def _push(heap, size, gain, vertex):
 
 
 @nb.njit(cache=True, nogil=True)
-def _pop(heap, size):
+def queue_pop(heap, size):
+    """Remove the first entry of the move queue ``heap[:size]`` (the largest gain, then
+    the smallest vertex); returns ``(gain, vertex, new size)``."""
     gain = heap[0, 0]
     vertex = np.int64(heap[0, 1])
     size -= 1
@@ -137,7 +141,7 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
     stall = 0
     work = 0
     while size > 0 and stall < max_stall and work < budget:
-        key, u, size = _pop(heap, size)
+        key, u, size = queue_pop(heap, size)
         if mark[u] == search or done[u]:
             continue
         work += xadj[u + 1] - xadj[u]
@@ -146,7 +150,7 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
             continue
         if g < key:
             if size + 1 < cap:
-                size = _push(heap, size, g, u)  # stale key: requeue with the true gain
+                size = queue_push(heap, size, g, u)  # stale key: requeue with the true gain
             continue
         a = part[u]
         part[u] = b
@@ -164,14 +168,14 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
         else:
             stall += 1
         for e in range(xadj[u], xadj[u + 1]):
-            v = np.int64(adjncy[e])  # one vertex type for _best_move and _push
+            v = np.int64(adjncy[e])  # one vertex type for _best_move and queue_push
             if mark[v] == search or done[v] or size + 1 >= cap:
                 continue
             work += xadj[v + 1] - xadj[v]
             bv, gv = _best_move(v, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
                                 scratch)
             if bv >= 0:
-                size = _push(heap, size, gv, v)
+                size = queue_push(heap, size, gv, v)
     for i in range(nmoves - 1, best_len - 1, -1):  # roll back past the best prefix
         u = moved_v[i]
         b = part[u]
@@ -197,7 +201,7 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, delta, max_stall, b
         if on_boundary(xadj, adjncy, part, u, part[u]):
             b, g = _best_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, scratch)
             if b >= 0:
-                size = _push(heap, size, g, u)
+                size = queue_push(heap, size, g, u)
     mark = np.zeros(n, dtype=np.int64)
     done = np.zeros(n, dtype=np.uint8)
     gain, _, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size,
@@ -267,7 +271,7 @@ def _local_searches(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, max_
         if b < 0:
             continue
         search += 1
-        size = _push(heap, np.int64(0), g, s)
+        size = queue_push(heap, np.int64(0), g, s)
         gain, kept, scanned = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
                                       heap, size, search, mark, done, max_stall, budget - work,
                                       moved_v, moved_from, scratch)
