@@ -149,8 +149,8 @@ def kernel_bandwidth(graph, seed: int) -> dict:
     mapped = map_tasks(graph, Hierarchy.parse("4:8:6", "1:10:100"), engine="im", seed=seed,
                        device="gpu").pes.astype(np.int32)
     # the LP round alone (proposal + afterburner kernels), on preallocated state
-    g = jet_gpu._Graph(xadj, adjncy, adjwgt, None, prefix, dist)
-    lp = jet_gpu._LP(g)
+    g = jet_gpu.DeviceGraph(xadj, adjncy, adjwgt, None, prefix, dist)
+    lp = jet_gpu.LPKernels(g)
     locked = cp.zeros(n, dtype=cp.uint8)
     move, target = cp.empty(n, dtype=cp.uint8), cp.empty(n, dtype=cp.int32)
     degree = np.diff(graph.xadj)

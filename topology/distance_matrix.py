@@ -18,7 +18,7 @@ import numpy as np
 from procmap.errors import InputError, TopologyError
 from procmap.limits import check_pes, npy_header
 
-from .hierarchy import Hierarchy, _check_capacities
+from .hierarchy import Hierarchy, check_capacities
 
 __all__ = ["DistanceMatrix", "Topology", "is_hierarchy"]
 
@@ -99,7 +99,7 @@ def _validate_matrix(matrix: np.ndarray, where: str = "", row_lines: list[int] |
 def _validate_capacities(capacities, k: int) -> np.ndarray:
     # The same rules as for hierarchies: 0..MAX_SLOTS slots per PE, returned as a
     # read-only int64 copy.
-    return _check_capacities(capacities, k)
+    return check_capacities(capacities, k)
 
 
 class DistanceMatrix:

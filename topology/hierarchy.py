@@ -79,7 +79,7 @@ def _check_distances(distances, levels: tuple[int, ...]) -> tuple[float, ...]:
     return distances
 
 
-def _check_capacities(capacities, k: int) -> np.ndarray:
+def check_capacities(capacities, k: int) -> np.ndarray:
     """Slots per PE as a read-only int64 array of length ``k``, each in ``0..MAX_SLOTS``."""
     if capacities is None:
         caps = np.ones(k, dtype=np.int64)
@@ -149,7 +149,7 @@ class Hierarchy:
     def _set_capacities(self, capacities, node_level) -> None:
         """Check and store capacities and node level (levels are already checked)."""
         levels = self.levels
-        caps = _check_capacities(capacities, math.prod(levels))
+        caps = check_capacities(capacities, math.prod(levels))
         if node_level is None:
             node_level = 2 if len(levels) >= 3 else 1
         if not 0 <= node_level <= len(levels):

@@ -62,7 +62,7 @@ synchronisation per iteration), rebalancing steps adding the syncs of
 pool kept alive with the graph (gkway.md 4.4, risk 2), or a sort with preallocated
 buffers. The price of fixed sizes is two sorts over ``n`` and ``2n`` keys per
 step, whatever the number of candidates. All other scratch is allocated once per
-call (:class:`_ISR`).
+call (:class:`ISRStep`).
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ import numpy as np
 from ..common_cpu import seed_key
 from ..gpu_common import TableScratch, as_device, i64, kernel, launch
 from .isr_cpu import HARD_CAP, step_key
-from .jet_gpu import (MODE_LP, MODE_STRONG, MODE_WEAK, _Graph, _State, block_weights, cost,
+from .jet_gpu import (MODE_LP, MODE_STRONG, MODE_WEAK, DeviceGraph, LoopState, block_weights, cost,
                       refine)
 
 __all__ = ["HARD_CAP", "block_weights", "cost", "isr_moves", "isr_refine",
@@ -82,7 +82,7 @@ _SRC = "refinement/isr.cu"
 _NO_GATE = np.uint64(0)  # null control-block pointer: the kernels always run
 
 
-class _ISR:
+class ISRStep:
     """Scratch of the ISR kernels, allocated once per refinement call.
 
     ``seed`` and ``step`` name the step's hash key (``isr_cpu.step_key(seed, step)``);
@@ -91,7 +91,7 @@ class _ISR:
     only when it names a balanced round), ``None`` outside the loop.
     """
 
-    def __init__(self, g: _Graph, k: int):
+    def __init__(self, g: DeviceGraph, k: int):
         n = g.n
         self.table = TableScratch(g.xadj, g.nlev)
         self.dest = cp.empty(n, dtype=cp.int32)
@@ -107,7 +107,7 @@ class _ISR:
         self.jstar = cp.zeros(1, dtype=cp.uint64)
         self.order = None  # move order of the last step (int64 vertex ids)
 
-    def candidates(self, g: _Graph, part, bw, k: int, lmax: int, seed: int, step,
+    def candidates(self, g: DeviceGraph, part, bw, k: int, lmax: int, seed: int, step,
                    gate=None) -> None:
         """Steps 1 and 2: ``dest``, ``gain`` and ``sel`` of every vertex."""
         gate = _NO_GATE if gate is None else gate
@@ -119,7 +119,7 @@ class _ISR:
                g.xadj, g.adjncy, self.dest, self.gain, np.uint64(seed_key(seed)), step,
                i64(g.n), self.sel, gate)
 
-    def select(self, g: _Graph, part, bw, k: int, lmax: int, target, gate=None) -> None:
+    def select(self, g: DeviceGraph, part, bw, k: int, lmax: int, target, gate=None) -> None:
         """Step 3: ``order`` of the moves, ``jstar`` = length of the applied prefix, and
         ``target[u] = dest[u]`` for the vertices of that prefix (others untouched)."""
         n = g.n
@@ -146,7 +146,7 @@ class _ISR:
         launch(kernel(_SRC, "isr_mark_targets"), n,
                self.order, self.dest, self.jstar, i64(n), target, gate)
 
-    def step(self, g: _Graph, part, bw, k: int, lmax: int, seed: int, step, target,
+    def step(self, g: DeviceGraph, part, bw, k: int, lmax: int, seed: int, step, target,
              gate=None) -> None:
         """One ISR step: marks the selected moves in ``target`` (no synchronisation)."""
         self.candidates(g, part, bw, k, lmax, seed, step, gate)
@@ -161,14 +161,14 @@ class _ISRRound:
     locking = False
     capturable = False
 
-    def __init__(self, g: _Graph, k: int, seed: int):
-        self.isr = _ISR(g, k)
+    def __init__(self, g: DeviceGraph, k: int, seed: int):
+        self.isr = ISRStep(g, k)
         self.seed = seed
 
     def begin_pass(self, _item) -> None:
         """Nothing to set: ISR runs one pass."""
 
-    def enqueue(self, g: _Graph, st: _State) -> None:
+    def enqueue(self, g: DeviceGraph, st: LoopState) -> None:
         self.isr.step(g, st.part, st.bw, st.k, st.lmax, self.seed, st.steps(), st.target,
                       gate=st.ctl)
 
@@ -178,14 +178,14 @@ def isr_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, step=0
     """The moves of one ISR step from ``part`` (not modified): ``(vertices, targets,
     gains)`` in selection order (gain desc, id asc), exactly those of
     ``isr_cpu.isr_moves`` (int32, int32, float64 CuPy arrays)."""
-    g = _Graph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
+    g = DeviceGraph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
     k, lmax = int(k), int(lmax)
     part = as_device(part, cp.int32)
     if g.n == 0:
         empty = cp.zeros(0, dtype=cp.int32)
         return empty, empty, cp.zeros(0, dtype=cp.float64)
     bw = block_weights(part, g.vwgt, k)
-    isr = _ISR(g, k)
+    isr = ISRStep(g, k)
     target = cp.full(g.n, -1, dtype=cp.int32)
     isr.step(g, part, bw, k, lmax, seed, cp.full(1, step, dtype=cp.int64), target)
     ids = isr.order[: int(isr.jstar[0])]
@@ -197,7 +197,7 @@ def isr_refine_with_stats(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, p
                           seed: int = 0) -> tuple[cp.ndarray, float, dict[str, int]]:
     """:func:`isr_refine` with statistics: ``(part, cost, stats)``, the counts of
     ``isr_cpu.isr_refine_with_stats``."""
-    g = _Graph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
+    g = DeviceGraph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
     best, best_cost, state = refine(g, part, k, lmax, lambda g: _ISRRound(g, int(k), seed),
                                     (None,), max_iters=max_iters, phi=phi, max_weak=max_weak,
                                     seed=seed, max_rounds=HARD_CAP)

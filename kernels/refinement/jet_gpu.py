@@ -99,7 +99,7 @@ def _weights(adjwgt) -> cp.ndarray:
     return as_device(a, cp.float64 if a.dtype.kind == "f" else cp.int64)
 
 
-class _Graph:
+class DeviceGraph:
     """Device arrays of one refinement problem, with the dtypes the kernels expect."""
 
     def __init__(self, xadj, adjncy, adjwgt, vwgt, prefix, dist):
@@ -140,10 +140,10 @@ def cost(xadj, adjncy, adjwgt, part, prefix, dist) -> float:
 
 
 # ------------------------------------------------------------------ label propagation
-class _LP:
+class LPKernels:
     """Scratch of the LP kernels, allocated once per refinement call."""
 
-    def __init__(self, g: _Graph):
+    def __init__(self, g: DeviceGraph):
         n = g.n
         self.table = TableScratch(g.xadj, g.nlev)
         self.ratio = cp.zeros(1, dtype=cp.float64)  # the filter ratio, read by lp_propose
@@ -152,7 +152,7 @@ class _LP:
         self.listed = cp.empty(max(n, 1), dtype=cp.int32)  # the round's boundary vertices
         self.count = cp.zeros(1, dtype=cp.uint64)
 
-    def round(self, g: _Graph, part, k: int, locked, filter_ratio, move, target,
+    def round(self, g: DeviceGraph, part, k: int, locked, filter_ratio, move, target,
               gate=None) -> None:
         """Both filters: ``move[u] = 1`` / ``target[u] = dest`` for the vertices to move,
         ``0`` / ``-1`` for all others (no synchronisation). ``filter_ratio=None`` keeps
@@ -182,8 +182,8 @@ def lp_proposals(xadj, adjncy, adjwgt, part, k: int, prefix, dist, *, locked=Non
     :func:`.jet_cpu.lp_proposals`: ``(dest, gain)``, int32 ``dest[u]`` (-1: no
     candidate) and float64 ``gain[u]`` (0 where ``dest[u] == -1``). ``part`` is not
     modified."""
-    g = _Graph(xadj, adjncy, adjwgt, None, prefix, dist)
-    lp = _LP(g)
+    g = DeviceGraph(xadj, adjncy, adjwgt, None, prefix, dist)
+    lp = LPKernels(g)
     lp.round(g, as_device(part, cp.int32), int(k), _locks(locked, g.n), filter_ratio,
              cp.empty(g.n, dtype=cp.uint8), cp.empty(g.n, dtype=cp.int32))
     # the afterburner ran too; the kernels leave the gain of non-candidates as it was
@@ -204,12 +204,12 @@ def jet_lp(xadj, adjncy, adjwgt, part, k, prefix, dist, *, locked=None,
     Returns ``(vertices, targets)``: ascending int32 ids of the vertices to move and
     their destination blocks, exactly those of :func:`.jet_cpu.jet_lp`.
     """
-    g = _Graph(xadj, adjncy, adjwgt, None, prefix, dist)
+    g = DeviceGraph(xadj, adjncy, adjwgt, None, prefix, dist)
     part = as_device(part, cp.int32)
     locked = _locks(locked, g.n)
     move = cp.empty(g.n, dtype=cp.uint8)
     target = cp.empty(g.n, dtype=cp.int32)
-    _LP(g).round(g, part, int(k), locked, filter_ratio, move, target)
+    LPKernels(g).round(g, part, int(k), locked, filter_ratio, move, target)
     moves = cp.flatnonzero(move).astype(cp.int32)
     return moves, target[moves]
 
@@ -232,7 +232,7 @@ MODE_LP, MODE_WEAK, MODE_STRONG = 0, 1, 2
 NO_CAP = 2**62
 
 
-class _State:
+class LoopState:
     """The refinement state on the device: current and best partition, block weights,
     traffic per level, and the loop's control block (iteration counter, best cost,
     iterations and moves per kind...), which ``loop_control`` (refinement/jet_loop.cu)
@@ -242,7 +242,7 @@ class _State:
     that moves nothing ends the loop only after a round that moved nothing; without
     (ISR) it ends the loop at once. ``max_rounds``: the loop's iteration cap."""
 
-    def __init__(self, g: _Graph, part, k: int, lmax: int, max_iters: int, phi: float,
+    def __init__(self, g: DeviceGraph, part, k: int, lmax: int, max_iters: int, phi: float,
                  max_weak: int, locking: bool, max_rounds: int):
         self.g, self.k, self.lmax, self.max_iters, self.phi = g, k, lmax, max_iters, phi
         self.max_weak, self.locking, self.max_rounds = max_weak, locking, max_rounds
@@ -345,8 +345,8 @@ class _LPRound:
     locking = True
     capturable = True
 
-    def __init__(self, g: _Graph):
-        self.lp = _LP(g)
+    def __init__(self, g: DeviceGraph):
+        self.lp = LPKernels(g)
         self.locked = cp.zeros(g.n, dtype=cp.uint8)  # the vertices moved by the last LP round
         self.moved = cp.empty(g.n, dtype=cp.uint8)
         kernel(_LOOP, "copy_locks")  # loaded now: module loading is no work to capture
@@ -357,7 +357,7 @@ class _LPRound:
         self.locked.fill(0)
         self.lp.ratio.fill(filter_ratio)
 
-    def enqueue(self, g: _Graph, st: _State) -> None:
+    def enqueue(self, g: DeviceGraph, st: LoopState) -> None:
         self.lp.round(g, st.part, st.k, self.locked, None, self.moved, st.target, gate=st.ctl)
         launch(kernel(_LOOP, "copy_locks"), g.n, self.locked, self.moved, i64(g.n), st.ctl)
 
@@ -402,13 +402,13 @@ def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
     is read from device memory), so a pass costs its iterations and a restart, not
     the setup of a new refinement.
     """
-    g = _Graph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
+    g = DeviceGraph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
     best, best_cost, _ = refine(g, part, k, lmax, _LPRound, filter_ratios, max_iters=max_iters,
                                 phi=phi, max_weak=max_weak, seed=seed, graph_mode=graph_mode)
     return best, best_cost
 
 
-def refine(g: _Graph, part, k, lmax, make_round, passes, *, max_iters, phi, max_weak, seed,
+def refine(g: DeviceGraph, part, k, lmax, make_round, passes, *, max_iters, phi, max_weak, seed,
            graph_mode: str | None = None, max_rounds: int = NO_CAP):
     """The GPU refinement loop, for Jet and ISR: from ``part`` (not modified), one pass
     per item of ``passes``, each continuing from the previous one's best partition.
@@ -417,7 +417,7 @@ def refine(g: _Graph, part, k, lmax, make_round, passes, *, max_iters, phi, max_
     ``isr_gpu._ISRRound``), whose ``begin_pass`` receives the pass's item.
     ``max_rounds`` caps the iterations of a pass. Returns ``(best, cost, state)``:
     the last pass's best partition (a new CuPy int32 array), its ``J`` and the
-    :class:`_State` (its :meth:`_State.counters`, read only by callers that want them),
+    :class:`LoopState` (its :meth:`LoopState.counters`, read only by callers that want them),
     ``None`` when no pass ran (``n == 0``, ``k == 1`` or no passes).
     """
     k, lmax = int(k), int(lmax)
@@ -465,12 +465,12 @@ class _Refiner:
     one status read per iteration.
     """
 
-    def __init__(self, g: _Graph, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode,
+    def __init__(self, g: DeviceGraph, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode,
                  balanced, max_rounds=NO_CAP):
         self.g, self.cur, self.k, self.lmax = g, cur, k, lmax
         self.max_iters, self.max_rounds, self.seed = max_iters, max_rounds, seed
         self.graph_mode = graph_mode if balanced.capturable else "off"
-        self.st = _State(g, cur, k, lmax, max_iters, phi, max_weak, balanced.locking,
+        self.st = LoopState(g, cur, k, lmax, max_iters, phi, max_weak, balanced.locking,
                          max_rounds)
         _load_loop_kernels(self.st.suffix)
         self.balanced = balanced

@@ -1,4 +1,5 @@
-"""GPU independent-set refinement (kernels/refinement/isr_gpu.py) against the CPU twin (kernels/refinement/isr_cpu.py)."""
+"""GPU independent-set refinement (kernels/refinement/isr_gpu.py) against the CPU twin
+(kernels/refinement/isr_cpu.py)."""
 import functools
 import math
 
@@ -88,8 +89,8 @@ def test_candidates_are_bit_identical(name, mode):
     bw = jet_cpu.block_weights(part, g.vwgt, k)
     dest, gain, sel = isr_cpu.isr_candidates(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
                                              prefix, dist, step=5, seed=3)
-    gg = isr_gpu._Graph(*dev(g), prefix, dist)
-    isr = isr_gpu._ISR(gg, k)
+    gg = isr_gpu.DeviceGraph(*dev(g), prefix, dist)
+    isr = isr_gpu.ISRStep(gg, k)
     # the GPU derives the step's key on the device from the seed and the step number
     isr.candidates(gg, cp.asarray(part), cp.asarray(bw), k, lmax, 3, cp.asarray([5]))
     np.testing.assert_array_equal(isr.dest.get(), dest)
@@ -163,9 +164,9 @@ def test_prefix_selection_on_synthetic_moves():
         ids = ids[np.lexsort((ids, -gain[ids]))]
         want = isr_cpu.longest_feasible_prefix(part[ids], dest[ids], vwgt[ids], bw, lmax) + 1
         seen.add("none" if want == 0 else "all" if want == ids.size else "part")
-        gg = isr_gpu._Graph(cp.asarray(xadj), cp.zeros(0, cp.int32), cp.zeros(0, cp.int64),
+        gg = isr_gpu.DeviceGraph(cp.asarray(xadj), cp.zeros(0, cp.int32), cp.zeros(0, cp.int64),
                             cp.asarray(vwgt), np.array([k]), np.array([1.0]))
-        isr = isr_gpu._ISR(gg, k)
+        isr = isr_gpu.ISRStep(gg, k)
         isr.dest[...] = cp.asarray(dest)
         isr.gain[...] = cp.asarray(gain)
         isr.sel[...] = cp.asarray(sel)
