@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from procmap.cli import _OUTSIDE_MAPPING
+from procmap.cli import OUTSIDE_MAPPING
 
 
 def run_once(cmd: list[str], overlap: str) -> tuple[float, dict]:
@@ -88,7 +88,7 @@ def table(runs: list[tuple[float, dict]]) -> None:
 
 def _accounted(seconds: dict) -> float:
     """Seconds the JSON accounts for: the mapping's total plus the phases around it."""
-    return seconds.get("total", 0.0) + sum(seconds.get(k, 0.0) for k in _OUTSIDE_MAPPING)
+    return seconds.get("total", 0.0) + sum(seconds.get(k, 0.0) for k in OUTSIDE_MAPPING)
 
 
 if __name__ == "__main__":

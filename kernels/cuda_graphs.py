@@ -75,8 +75,9 @@ def _main_loop_stream() -> cp.cuda.Stream:
 
 
 @functools.lru_cache(maxsize=None)
-def _cudart():
-    """``cuda.bindings.runtime`` (or the older ``cuda.cudart``), or ``None``."""
+def cudart():
+    """``cuda.bindings.runtime`` (or the older ``cuda.cudart``), or ``None`` where neither
+    is installed: then the ``"while"`` mode is unavailable (``"auto"`` replays)."""
     try:
         from cuda.bindings import runtime
     except ImportError:
@@ -99,7 +100,7 @@ class _WhileGraph:
     """Outer graph = one while node whose body is the captured body graph."""
 
     def __init__(self, body: Body, status_ptr: np.uint64, stream: cp.cuda.Stream):
-        rt = _cudart()
+        rt = cudart()
         self._rt = rt
         self.graph = _check(rt.cudaGraphCreate(0))
         # default value 1: the first iteration always runs (the caller only launches
@@ -166,7 +167,7 @@ class DeviceLoop:
         mode = mode_from_env() if mode is None else mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if mode in ("auto", "while") and (_cudart() is None or _WHILE_BROKEN):
+        if mode in ("auto", "while") and (cudart() is None or _WHILE_BROKEN):
             if mode == "while":
                 raise RuntimeError("CUDA while nodes are unavailable: "
                                    + (_WHILE_BROKEN[0] if _WHILE_BROKEN
@@ -182,6 +183,12 @@ class DeviceLoop:
         self._body = body
         self._graph = None
         self.launches = 0  # host launches (graphs, or bodies run directly) made by run()
+
+    @property
+    def captured(self) -> bool:
+        """Whether the body has been captured as a CUDA graph (by a :meth:`run` whose
+        first iteration asked for more; never in mode ``"off"``)."""
+        return self._graph is not None
 
     def _build(self) -> None:
         if self.mode == "auto":

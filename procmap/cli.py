@@ -428,9 +428,11 @@ def _print_map_report(args, graph, topo, mapping, j_block, seconds: dict, to_std
         print(f"wrote     {'standard output' if to_stdout else args.output}")
 
 
-# Timed around the mapping, not inside it: mapping.seconds["total"] leaves them out.
-_OUTSIDE_MAPPING = ("start-up", "imports", "machine", "read", "warm-up", "mapping set-up",
-                    "evaluate block", "write")
+#: The phases of ``procmap map``'s ``seconds`` (``--json``) timed around the mapping, not
+#: inside it: ``seconds["total"]`` (the mapping's) leaves them out, so the time of the
+#: whole run is ``seconds["total"]`` plus these (the report's time line adds them up).
+OUTSIDE_MAPPING = ("start-up", "imports", "machine", "read", "warm-up", "mapping set-up",
+                   "evaluate block", "write")
 
 
 def _time_text(seconds: dict) -> str:
@@ -442,7 +444,7 @@ def _time_text(seconds: dict) -> str:
     phases = {k: v for k, v in seconds.items() if k != "total"}
     text = ", ".join(f"{k} {v:.3f} s" for k, v in phases.items())
     if "total" in seconds:
-        total = seconds["total"] + sum(seconds.get(k, 0.0) for k in _OUTSIDE_MAPPING)
+        total = seconds["total"] + sum(seconds.get(k, 0.0) for k in OUTSIDE_MAPPING)
         since = ")" if "start-up" in seconds else ", interpreter start aside)"
         text += f"; total {total:.3f} s (start-up to written file{since}"
     return text

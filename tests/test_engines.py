@@ -126,7 +126,7 @@ def test_gpu_tries_stay_under_the_peak_memory_target(monkeypatch):
     def workers(n, degree):
         edges = n * degree
         graph_bytes = 12 * edges + 16 * n  # int32 adjncy, int64 adjwgt / xadj / vwgt
-        return ml._try_workers(4, True, n, edges, graph_bytes, dev)
+        return ml.try_workers(4, True, n, edges, graph_bytes, dev)
 
     assert workers(1 << 20, 4) == 1    # 2D grid: a second try would pass 100 B/edge
     assert workers(1 << 20, 6) == 2    # Delaunay
@@ -141,7 +141,7 @@ def test_gpu_tries_stay_under_the_peak_memory_target(monkeypatch):
     assert workers(1 << 20, 13) == 1   # the device holds one try only
     # host: Numba's threads decide, not memory
     host = 4 if ml.nb.get_num_threads() > 1 else 1
-    assert ml._try_workers(4, False, 1 << 20, 13 << 20, 1 << 40, dev) == host
+    assert ml.try_workers(4, False, 1 << 20, 13 << 20, 1 << 40, dev) == host
 
 
 def test_weighted_tasks_respect_lmax():
@@ -334,25 +334,35 @@ def test_engines_on_a_graph_that_does_not_coarsen(engine):
 def test_a_split_that_does_not_coarsen_starts_at_random_without_v_cycles(monkeypatch):
     """hm-ultra's top split of a graph that keeps its edges under matching: no METIS call
     on it (a random start), and its V-cycles end at the first that yields no coarse level,
-    instead of refining the same graph again."""
+    instead of refining the same graph again. Observed through the phases' interfaces:
+    coarsening, the initial partitioner and the uncoarsening loop."""
     from procmap.engines import multilevel
     from procmap.engines.context import preset
     g = _random_graph(6000, 16, 2)
-    metis_sizes, cycles = [], []
-    real_metis, real_vcycle = multilevel.metis_partition, multilevel._vcycle
+    metis_sizes, coarsened, refined = [], [], []
+    real_metis, real_coarsen = multilevel.metis_partition, multilevel.coarsen
+    real_uncoarsen = multilevel.uncoarsen
 
     def metis(xadj, *args, **kwargs):
         metis_sizes.append(xadj.size - 1)
         return real_metis(xadj, *args, **kwargs)
 
-    def vcycle(problem, ctx, plan, seed, start=None):
-        result = real_vcycle(problem, ctx, plan, seed, start)
-        if problem.xadj.size - 1 == g.n:
-            cycles.append((start is not None, result is None))
-        return result
+    def coarsen(xadj, adjncy, adjwgt, vwgt, target_n, max_vwgt, seed, part=None, *args,
+                **kwargs):
+        levels = real_coarsen(xadj, adjncy, adjwgt, vwgt, target_n, max_vwgt, seed, part,
+                              *args, **kwargs)
+        if xadj.size - 1 == g.n:  # (a V-cycle?, coarse levels made)
+            coarsened.append((part is not None, len(levels) - 1))
+        return levels
+
+    def uncoarsen(levels, *args, **kwargs):
+        if levels[0].n == g.n:
+            refined.append(len(levels))
+        return real_uncoarsen(levels, *args, **kwargs)
 
     monkeypatch.setattr(multilevel, "metis_partition", metis)
-    monkeypatch.setattr(multilevel, "_vcycle", vcycle)
+    monkeypatch.setattr(multilevel, "coarsen", coarsen)
+    monkeypatch.setattr(multilevel, "uncoarsen", uncoarsen)
     ctx = preset("hm-ultra")
     k = 6
     part = multilevel.kway_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k,
@@ -362,8 +372,9 @@ def test_a_split_that_does_not_coarsen_starts_at_random_without_v_cycles(monkeyp
     tries, vcycles = ctx.schedule.tries_at(0), ctx.schedule.vcycles_at(0)
     assert vcycles > 1
     # per try (tries may run concurrently): the cycle itself, then one V-cycle that
-    # yields nothing and ends the rest
-    assert sorted(cycles) == [(False, False)] * tries + [(True, True)] * tries
+    # yields no coarse level and ends the rest; only the cycle refines the graph
+    assert sorted(coarsened) == [(False, 0)] * tries + [(True, 0)] * tries
+    assert refined == [1] * tries
 
 
 def test_small_subgraphs_split_in_the_calling_thread_with_the_same_result(monkeypatch):

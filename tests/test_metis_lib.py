@@ -91,8 +91,12 @@ def test_direct_and_pymetis_calls_side_by_side_give_the_serial_results():
 def test_metis_partition_falls_back_to_pymetis(monkeypatch):
     g = grid_graph((30, 20))
     direct = initial.metis_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, 6, 0.03, 4)
-    monkeypatch.setattr(metis_lib, "_lib", ())  # as on a build without the C symbols
-    assert not metis_lib.available()
+    monkeypatch.setattr(metis_lib, "available", lambda: False)  # a build without the C symbols
+
+    def direct_call(*args, **kwargs):
+        raise AssertionError("METIS called directly although unavailable")
+
+    monkeypatch.setattr(metis_lib, "part_graph", direct_call)
     fallback = initial.metis_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, 6, 0.03, 4)
     np.testing.assert_array_equal(direct, fallback)
 

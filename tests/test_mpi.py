@@ -36,8 +36,7 @@ import pytest
 from procmap.errors import InputError, ProcmapError, TopologyError
 from procmap.formats import read_graph
 from procmap.graph import CommGraph
-from procmap.launcher_hooks.mpi import (ProcessInfo, _graph_from_rows, hierarchy_from_processes,
-                                        process_info)
+from procmap.launcher_hooks.mpi import ProcessInfo, hierarchy_from_processes, process_info
 from procmap.launcher_hooks.profiler import CommProfiler, buffer_bytes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -193,14 +192,30 @@ def test_process_info_reads_sysfs(tmp_path):
     assert missing.online is None and missing.package is None
 
 
-def test_rows_build_a_symmetric_graph():
-    g = _graph_from_rows([{1: 5, 2: 1}, None, {0: 3}, np.array([0, 0, 7, 0])], 4)
+def test_rows_build_a_symmetric_graph(monkeypatch):
+    """Each rank's row (a dict, a dense vector or None) gathered on the root: the graph
+    that plan_reorder maps is their symmetric sum; a bad row is the root's error."""
+    import procmap.api
+    from procmap.launcher_hooks import mpi as mpi_hooks
+    from procmap.launcher_hooks.mpi import plan_reorder
+
+    me = ProcessInfo("h", (0,), None)
+    monkeypatch.setattr(mpi_hooks, "process_info", lambda **kwargs: me)
+    mapped, real_map_tasks = [], procmap.api.map_tasks
+
+    def map_tasks(graph, *args, **kwargs):
+        mapped.append(graph)
+        return real_map_tasks(graph, *args, **kwargs)
+
+    monkeypatch.setattr(procmap.api, "map_tasks", map_tasks)
+    others = [None, {0: 3}, np.array([0, 0, 7, 0])]
+    plan_reorder(FakeRoot([(me, row, None) for row in others]), {1: 5, 2: 1}, "2:2")
     expected = CommGraph.from_edges([0, 0, 2, 3], [1, 2, 0, 2], [5, 1, 3, 7], n=4)
-    assert g.same_as(expected)
+    assert len(mapped) == 1 and mapped[0].same_as(expected)
     with pytest.raises(InputError, match="row of rank 1: peer 4 out of range"):
-        _graph_from_rows([{}, {4: 1}], 2)
+        plan_reorder(FakeRoot([(me, {4: 1}, None)]), {}, "2")
     with pytest.raises(InputError, match="must be a finite number"):
-        _graph_from_rows([{1: -1}, {}], 2)
+        plan_reorder(FakeRoot([(me, {}, None)]), {1: -1}, "2")
 
 
 def test_buffer_bytes_specs():

@@ -27,7 +27,6 @@ from procmap.errors import ProcmapError
 from procmap.formats import atomic_write, read_mapping, write_graph, write_mapping
 from procmap.formats.atomic import check_output, resolve_output
 from procmap.formats.comm import format_int_lines
-from procmap.formats.mapping import _id_lines
 from procmap.generators import grid_graph
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "halo3d.comm")
@@ -282,15 +281,18 @@ def test_write_errors_name_the_file_and_keep_the_old_one(tmp_path):
     assert target.read_text() == "old\n" and temp_files(tmp_path) == []
 
 
-def test_mapping_text_is_the_same_as_before():
+def test_mapping_text_is_the_same_as_before(tmp_path):
     # The mapping writer is vectorised NumPy now (no kernel compiled at write time);
     # its bytes are those of the shared Numba formatter.
     rng = np.random.default_rng(1)
+    path = tmp_path / "x.map"
     for ids in (np.array([0]), np.array([9, 10, 99, 100, 0, 1]), rng.integers(0, 2**62, 1000),
                 rng.integers(0, 200, 5000), np.array([2**63 - 1, 0])):
         ids = ids.astype(np.int64)
-        assert _id_lines(ids) == format_int_lines(ids, np.arange(ids.size + 1))
-    assert _id_lines(np.zeros(0, dtype=np.int64)) == b""
+        write_mapping(ids, path)
+        assert path.read_bytes() == format_int_lines(ids, np.arange(ids.size + 1))
+    write_mapping(np.zeros(0, dtype=np.int64), path)
+    assert path.read_bytes() == b""
 
 
 # --------------------------------------------------------------------------------- signals

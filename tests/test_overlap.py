@@ -44,9 +44,10 @@ def test_crc32_combine_matches_zlib():
 # ---------------------------------------------------------------- parallel .pmg read
 @pytest.fixture
 def small_pieces(monkeypatch):
-    """Pieces of 4 KiB: a small file is read by many threads in many pieces."""
+    """Pieces of 4 KiB on a machine of 8 cores: a small file is read by many threads in
+    many pieces, on any machine."""
     monkeypatch.setattr(pmg, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(pmg, "_threads_for", lambda nchunks, spare=0: max(1, min(8, nchunks)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
 
 
 def _same(a, b) -> None:
@@ -65,7 +66,7 @@ def test_parallel_read_in_pieces_is_the_graph(tmp_path, small_pieces, weight):
 
 
 def test_read_without_preadv(tmp_path, small_pieces, monkeypatch):
-    monkeypatch.setattr(pmg, "_preadv", None)
+    monkeypatch.delattr(os, "preadv", raising=False)  # as on a platform without it
     graph = grid_graph((40, 30))
     path = str(tmp_path / "g.pmg")
     write_graph(graph, path)
@@ -90,7 +91,7 @@ def test_file_shrinking_while_read_is_an_error(tmp_path, small_pieces, monkeypat
     def short(fd, buffers, offset):
         return 0 if offset > 40000 else real(fd, buffers, offset)
 
-    monkeypatch.setattr(pmg, "_preadv", short)
+    monkeypatch.setattr(os, "preadv", short)
     with pytest.raises(FormatError, match="shrank while being read"):
         read_graph(path)
 
@@ -279,7 +280,7 @@ def test_time_line_of_the_executable_covers_the_run(tmp_path, inputs):
     seconds = json.loads(done.stdout)["seconds"]
     assert {"start-up", *PHASES_AROUND} <= set(seconds)
     assert 0 < seconds["start-up"] < wall
-    accounted = seconds["total"] + sum(seconds.get(k, 0.0) for k in cli._OUTSIDE_MAPPING)
+    accounted = seconds["total"] + sum(seconds.get(k, 0.0) for k in cli.OUTSIDE_MAPPING)
     assert accounted <= wall + 0.02  # the start time is exact to a clock tick (10 ms)
     assert wall - accounted < 1.0  # the report and the exit: little (generous under load)
 
@@ -314,37 +315,57 @@ def test_pmg_totals_are_the_exact_ones(tmp_path, weights):
 
 
 # ------------------------------------------------------------ text files read ahead
+def _opens_here(monkeypatch) -> list:
+    """Files that ``open`` opens from now on in this thread (a read ahead opens its file
+    in a thread of its own): read_bytes took a read ahead over iff it opened nothing."""
+    opened, real_open, here = [], open, threading.current_thread()
+
+    def spy(file, *args, **kwargs):
+        if threading.current_thread() is here:
+            opened.append(os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", spy)
+    return opened
+
+
 def test_read_bytes_takes_over_a_prefetch(tmp_path, monkeypatch):
     from procmap.formats import atomic
 
     path = tmp_path / "a.graph"
     path.write_bytes(b"3 2\n2\n1 3\n2\n")
-    atomic.prefetch_bytes(str(path))
-    assert str(path) in atomic._PREFETCHED
-    opened = []
-    real_open = open
-    monkeypatch.setattr("builtins.open", lambda *a, **k: opened.append(a) or real_open(*a, **k))
-    atomic._PREFETCHED[str(path)].thread.join()
+    opened = _opens_here(monkeypatch)
+    pending = atomic.prefetch_bytes(str(path))
+    assert atomic.prefetch_bytes(str(path)) is pending  # one read ahead per path
     assert atomic.read_bytes(str(path)) == b"3 2\n2\n1 3\n2\n"
-    assert not opened and not atomic._PREFETCHED
+    assert opened == []  # taken over
+    assert pending.wait(timeout=0)
+    # taken once: the next read reads the file
+    assert atomic.read_bytes(str(path)) == b"3 2\n2\n1 3\n2\n"
+    assert opened == [str(path)]
 
 
-def test_prefetch_of_a_changed_or_missing_file_is_not_used(tmp_path):
+def test_prefetch_of_a_changed_or_missing_file_is_not_used(tmp_path, monkeypatch):
     from procmap.formats import atomic
 
     path = tmp_path / "a.comm"
     path.write_bytes(b"0 1 5\n")
-    atomic.prefetch_bytes(str(path))
-    atomic._PREFETCHED[str(path)].thread.join()
+    assert atomic.prefetch_bytes(str(path)).wait(timeout=60)
     os.replace(_write_other(tmp_path), path)  # replaced after the read ahead
+    opened = _opens_here(monkeypatch)
     assert atomic.read_bytes(str(path)) == b"0 1 7\n1 2 7\n"
+    assert opened == [str(path)]
     missing = str(tmp_path / "missing.comm")
     atomic.prefetch_bytes(missing)
     with pytest.raises(FormatError, match="cannot read"):
         atomic.read_bytes(missing)
-    atomic.prefetch_bytes(str(path))
+    assert opened[-1] == missing
+    # discarded: the next read reads the file, even one that no reader took
+    assert atomic.prefetch_bytes(str(path)).wait(timeout=60)
     atomic.discard_prefetch(str(path))
-    assert not atomic._PREFETCHED
+    opened.clear()
+    assert atomic.read_bytes(str(path)) == b"0 1 7\n1 2 7\n"
+    assert opened == [str(path)]
 
 
 def _write_other(tmp_path) -> str:
@@ -354,12 +375,18 @@ def _write_other(tmp_path) -> str:
 
 
 def test_map_leaves_no_prefetch_behind(capsys, tmp_path, monkeypatch, inputs):
+    """A read ahead that ``procmap map`` started is taken or dropped: the next
+    read_bytes of the file reads it (no bytes kept in memory)."""
     from procmap.formats import atomic
 
     monkeypatch.setattr(startup, "OVERLAP_MIN_BYTES", 0)
     _map(capsys, inputs["graph"], tmp_path / "m")
-    assert not atomic._PREFETCHED
+    opened = _opens_here(monkeypatch)
+    atomic.read_bytes(inputs["graph"])
+    assert opened == [inputs["graph"]]
     # an argument error before the read: the bytes read ahead are dropped
     assert main(["map", inputs["graph"], "-H", "4:0:2", "-o", str(tmp_path / "m")]) == 2
     capsys.readouterr()
-    assert not atomic._PREFETCHED
+    opened.clear()
+    atomic.read_bytes(inputs["graph"])
+    assert opened == [inputs["graph"]]

@@ -156,8 +156,8 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     (:class:`~procmap.engines.context.SplitSchedule`). With several tries the whole
     multilevel cycle runs with that many seeds and the partition with the lowest
     objective among the balanced ones is kept; the tries run concurrently
-    (:func:`_each_try`), with the same result. Localized FM runs only for a graph on the
-    host.
+    (:func:`try_workers` of them at once), with the same result. Localized FM runs only
+    for a graph on the host.
     """
     ctx = preset("hm") if ctx is None else ctx
     n = xadj.size - 1
@@ -194,7 +194,7 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     best, best_key = None, None
     tries = max(1, ctx.schedule.tries_at(depth))
     graph_bytes = sum(int(a.nbytes) for a in (xadj, adjncy, adjwgt, vwgt) if a is not None)
-    workers = _try_workers(tries, be.on_device, n, adjncy.size, graph_bytes, ctx.device)
+    workers = try_workers(tries, be.on_device, n, adjncy.size, graph_bytes, ctx.device)
     for part, value in _each_try(attempt, tries, be.on_device, workers):
         key = (int(be.block_weights(part, vwgt, k).max()) > lmax, value)
         if best_key is None or key < best_key:  # ties: the earlier try
@@ -211,15 +211,19 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     return best.astype(np.int32, copy=False)
 
 
-def _try_workers(tries: int, gpu: bool, n: int, edges: int, graph_bytes: int,
-                 device: DeviceContext) -> int:
-    """How many tries run at once (see :func:`_each_try`): 1 (serial) with one try,
-    under Numba's workqueue layer, or on the host with one Numba thread. On the GPU,
-    no more than the free device memory holds, and no more than keep the split's peak
-    memory (its graph, ``graph_bytes``, plus the running tries, each
-    ``device.try_bytes_per_vertex * n + device.try_bytes_per_edge * edges``) under
-    ``device.peak_bytes_per_edge``: on sparse graphs such as 2D grids one try is all the
-    target allows. The result does not depend on the number of workers, only the time."""
+def try_workers(tries: int, gpu: bool, n: int, edges: int, graph_bytes: int,
+                device: DeviceContext) -> int:
+    """How many of a split's ``tries`` run at once (:func:`kway_partition`): the
+    concurrency rule of tries, by device and memory.
+
+    1 (serial) with one try, under Numba's workqueue layer, or on the host with one
+    Numba thread; otherwise on the host all ``tries``. On the GPU (``gpu``), no more
+    than the free device memory holds, and no more than keep the split's peak memory
+    (its graph, ``graph_bytes``, plus the running tries, each
+    ``device.try_bytes_per_vertex * n + device.try_bytes_per_edge * edges``, ``edges``
+    counting directed edges) under ``device.peak_bytes_per_edge * edges``: on sparse
+    graphs such as 2D grids one try is all the target allows. Never less than 1. The
+    partition does not depend on the number of workers, only the time."""
     if tries == 1 or threading_layer() == "workqueue":
         return 1
     if not gpu:

@@ -20,7 +20,9 @@
   that is one of the command's inputs or another of its outputs, before any
   input is read.
 * :func:`read_bytes` reads a whole input file and turns ``OSError`` (missing
-  file, directory, permissions) into a one-line :class:`FormatError`.
+  file, directory, permissions) into a one-line :class:`FormatError`;
+  :func:`prefetch_bytes` starts such a read ahead, in a background thread
+  (:class:`Prefetch`), and :func:`read_bytes` takes it over.
 * :func:`as_format_error` attributes an :class:`InputError` raised while building
   a :class:`~procmap.graph.CommGraph` to the file it came from.
 
@@ -404,34 +406,43 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         raise FormatError(f"cannot read: {exc.strerror or exc}", path) from None
 
 
-class _Prefetch:
+class Prefetch:
     """A whole-file read running in a background thread (the read releases the
-    interpreter lock: ``procmap map`` imports its engines meanwhile)."""
+    interpreter lock: ``procmap map`` imports its engines meanwhile), started by
+    :func:`prefetch_bytes`; :func:`read_bytes` of the same path takes it over."""
 
     def __init__(self, path: str):
         self.path = path
-        self.data: bytes | None = None
-        self.identity = None
-        self.thread = threading.Thread(target=self._run, daemon=True, name="procmap-prefetch")
-        self.thread.start()
+        self._data: bytes | None = None
+        self._identity = None
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="procmap-prefetch")
+        self._thread.start()
 
     def _run(self) -> None:
         try:
             with open(self.path, "rb") as handle:
-                self.identity = _identity(os.fstat(handle.fileno()))
-                self.data = handle.read()
+                self._identity = _identity(os.fstat(handle.fileno()))
+                self._data = handle.read()
         except Exception:  # noqa: BLE001 -- read_bytes reads again and reports it
-            self.data = None
+            self._data = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds (``None``: until it ends) for the read to end,
+        done or failed; return whether it has ended."""
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def take(self) -> bytes | None:
-        """The bytes read, or ``None`` (failed, or the file changed since)."""
-        self.thread.join()
-        data, self.data = self.data, None
+        """Wait for the read; the bytes read, or ``None`` (failed, or the file changed
+        since). The bytes are handed over once: a second call returns ``None``."""
+        self.wait()
+        data, self._data = self._data, None
         try:
-            unchanged = _identity(os.stat(self.path)) == self.identity
+            unchanged = _identity(os.stat(self.path)) == self._identity
         except OSError:
             unchanged = False
-        if data is None or not unchanged or len(data) != self.identity[-1]:
+        if data is None or not unchanged or len(data) != self._identity[-1]:
             return None
         return data
 
@@ -441,17 +452,19 @@ def _identity(st: os.stat_result) -> tuple:
 
 
 #: Reads started by :func:`prefetch_bytes` and not yet taken, by path as given.
-_PREFETCHED: dict[str, _Prefetch] = {}
+_PREFETCHED: dict[str, Prefetch] = {}
 
 
-def prefetch_bytes(path: str | os.PathLike) -> None:
+def prefetch_bytes(path: str | os.PathLike) -> Prefetch:
     """Start reading ``path`` whole in a background thread; the next
     :func:`read_bytes` of the same path takes the bytes over. Whoever starts one
     calls :func:`discard_prefetch` once the reader is done (a read that no reader
-    took is dropped then, not kept in memory)."""
+    took is dropped then, not kept in memory). Returns the :class:`Prefetch` (the one
+    already running when a read of ``path`` was started and not yet taken)."""
     key = os.fspath(path)
     if key not in _PREFETCHED:
-        _PREFETCHED[key] = _Prefetch(key)
+        _PREFETCHED[key] = Prefetch(key)
+    return _PREFETCHED[key]
 
 
 def discard_prefetch(path: str | os.PathLike) -> None:

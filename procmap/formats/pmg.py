@@ -304,9 +304,10 @@ def _read_body(fd: int, view: memoryview, start: int, size: int, cancelled: thre
 
 def _read_exactly(fd: int, view: memoryview, offset: int, size: int, path) -> None:
     got = 0
+    preadv = getattr(os, "preadv", None)  # not on every platform
     while got < len(view):
-        if _preadv is not None:
-            count = _preadv(fd, [view[got:]], offset + got)
+        if preadv is not None:
+            count = preadv(fd, [view[got:]], offset + got)
         else:  # no preadv on this platform: pread, then copy
             data = os.pread(fd, len(view) - got, offset + got)
             view[got:got + len(data)] = data
@@ -315,9 +316,6 @@ def _read_exactly(fd: int, view: memoryview, offset: int, size: int, path) -> No
             raise FormatError(f"file shrank while being read ({offset + got:,} of {size:,} "
                               "bytes)", path)
         got += count
-
-
-_preadv = getattr(os, "preadv", None)
 
 
 # -------------------------------------------------------------- CRC-32 combination

@@ -18,7 +18,7 @@ CUT = (np.array([8]), np.array([1.0]))
 def _modes():
     from procmap.kernels import cuda_graphs
     modes = ["off", "replay"]
-    if cuda_graphs._cudart() is not None:
+    if cuda_graphs.cudart() is not None:
         modes.append("while")
     return modes
 
@@ -115,7 +115,7 @@ extern "C" __global__ void step(long long* counter, long long stop_at,
 @pytest.mark.parametrize("mode", ["off", "replay", "while"])
 def test_device_loop_runs_until_the_device_says_stop(mode):
     from procmap.kernels import cuda_graphs
-    if mode == "while" and cuda_graphs._cudart() is None:
+    if mode == "while" and cuda_graphs.cudart() is None:
         pytest.skip("cuda.bindings is not installed")
     step = cp.RawModule(code=_COUNTER_SRC).get_function("step")
     with cuda_graphs.loop_stream():
@@ -148,7 +148,7 @@ def test_a_single_iteration_captures_nothing():
         loop = cuda_graphs.DeviceLoop(
             lambda h, p: step((1,), (1,), (counter, np.int64(1), h, p)), "replay")
         assert loop.run() == 1
-    assert loop._graph is None and int(counter.get()[0]) == 1
+    assert not loop.captured and int(counter.get()[0]) == 1
 
 
 def test_bad_mode_is_rejected(monkeypatch):
