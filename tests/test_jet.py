@@ -368,3 +368,35 @@ def test_ultra_refine_equals_chained_jet_refine(h, float_weights, ratios):
                                    filter_ratios=ratios, max_iters=4, seed=seed)
             np.testing.assert_array_equal(got[0], part)
             assert got[1] == value
+
+
+@pytest.mark.parametrize("h", [None, "4:2"])
+def test_start_patience_ends_a_refinement_that_finds_nothing(h):
+    """``start_iters``: until an iteration makes progress, that many iterations end the
+    loop; once one has, ``max_iters`` applies. A converged partition gains nothing, so
+    a polish of it stops after ``start_iters`` iterations; a random start progresses at
+    once and refines exactly as without the rule."""
+    g = random_geometric_graph(3000, seed=4)
+    prefix, dist = (np.array([8]), np.array([1.0])) if h is None else (
+        Hierarchy.parse(h).prefix_sizes, np.array([1.0, 10.0]))
+    k = int(prefix[-1])
+    lmax = lmax_of(g, k)
+    start = random_balanced(g.n, k, 2)
+    args = (g.xadj, g.adjncy, g.adjwgt, g.vwgt)
+    plain, plain_cost, _ = jet.refine(*args, start, k, lmax, prefix, dist, (0.25,), max_iters=30,
+                                      phi=1.0, max_weak=2, seed=1)
+    ruled, ruled_cost, _ = jet.refine(*args, start, k, lmax, prefix, dist, (0.25,), max_iters=30,
+                                      phi=1.0, max_weak=2, seed=1, start_iters=3)
+    np.testing.assert_array_equal(ruled, plain)
+    assert ruled_cost == plain_cost
+    # from the converged partition: nothing improves, so 3 iterations, not 30
+    again, again_cost, counts = jet.refine(*args, plain, k, lmax, prefix, dist, (0.25,),
+                                           max_iters=30, phi=1.0, max_weak=2, seed=1,
+                                           start_iters=3)
+    _, full_cost, full = jet.refine(*args, plain, k, lmax, prefix, dist, (0.25,),
+                                    max_iters=30, phi=1.0, max_weak=2, seed=1)
+    assert again_cost <= plain_cost
+    if again_cost == plain_cost:  # found nothing: the start patience ended it
+        assert counts["iterations"] <= 3 < full["iterations"]
+    else:  # it progressed: then the rule changes nothing
+        assert (again_cost, counts) == (full_cost, full)

@@ -128,14 +128,15 @@ def isr_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, step=0
 # ------------------------------------------------------------------ refinement loop
 def isr_refine_with_stats(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist, *,
                           max_iters: int = 12, phi: float = 0.999, max_weak: int = 2,
-                          seed: int = 0) -> tuple[np.ndarray, float, dict[str, int]]:
+                          seed: int = 0, start_iters: int | None = None
+                          ) -> tuple[np.ndarray, float, dict[str, int]]:
     """:func:`isr_refine` with statistics: returns ``(part, cost, stats)``, where
     ``stats`` counts what the loop did: ``iterations``, ``isr_steps``, ``weak_steps``,
     ``strong_steps`` (rebalancing rounds), ``isr_moves`` and ``rebalance_moves``
     (vertices moved by ISR steps and by rebalancing). The GPU twin reports the same."""
     best, best_cost, counts = refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist,
                                      (0.0,), max_iters=max_iters, phi=phi, max_weak=max_weak,
-                                     seed=seed, isr=True, cap=HARD_CAP)
+                                     seed=seed, isr=True, cap=HARD_CAP, start_iters=start_iters)
     stats = {"iterations": counts["iterations"], "isr_steps": counts["steps"],
              "weak_steps": counts["weak_steps"], "strong_steps": counts["strong_steps"],
              "isr_moves": counts["step_moves"], "rebalance_moves": counts["rebalance_moves"]}
@@ -144,7 +145,7 @@ def isr_refine_with_stats(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, p
 
 def isr_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filter_ratio=0.25,
                max_iters=12, phi=0.999, max_weak=2, seed=0,
-               incremental=True) -> tuple[np.ndarray, float]:
+               incremental=True, start_iters=None) -> tuple[np.ndarray, float]:
     """Independent-set refinement loop (G-kway with Jet's rebalancers). Returns
     ``(part, cost)`` like ``jet_cpu.jet_refine``, which it can replace.
 
@@ -153,8 +154,9 @@ def isr_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     ``max_weak`` times in a row), then strong rebalancing. The best partition is kept
     (balanced beats unbalanced; then lower cost, or lower max block weight). The loop
     stops when an ISR step moves nothing, after ``max_iters`` iterations without a
-    cost below ``phi * best`` (or a lower max block weight while unbalanced), or
-    after :data:`HARD_CAP` iterations. ``seed`` drives the independent-set hash and
+    cost below ``phi * best`` (or a lower max block weight while unbalanced; after
+    ``start_iters`` while none has made progress, as in ``jet_refine``), or after
+    :data:`HARD_CAP` iterations. ``seed`` drives the independent-set hash and
     the weak rebalancer.
 
     ``filter_ratio`` and ``incremental`` are accepted for signature parity with
@@ -166,5 +168,6 @@ def isr_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     del filter_ratio, incremental
     best, best_cost, _ = isr_refine_with_stats(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix,
                                                dist, max_iters=max_iters, phi=phi,
-                                               max_weak=max_weak, seed=seed)
+                                               max_weak=max_weak, seed=seed,
+                                               start_iters=start_iters)
     return best, best_cost

@@ -194,13 +194,14 @@ def isr_moves(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, step=0
 
 def isr_refine_with_stats(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist, *,
                           max_iters: int = 12, phi: float = 0.999, max_weak: int = 2,
-                          seed: int = 0) -> tuple[cp.ndarray, float, dict[str, int]]:
+                          seed: int = 0, start_iters: int | None = None
+                          ) -> tuple[cp.ndarray, float, dict[str, int]]:
     """:func:`isr_refine` with statistics: ``(part, cost, stats)``, the counts of
     ``isr_cpu.isr_refine_with_stats``."""
     g = DeviceGraph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
     best, best_cost, state = refine(g, part, k, lmax, lambda g: _ISRRound(g, int(k), seed),
                                     (None,), max_iters=max_iters, phi=phi, max_weak=max_weak,
-                                    seed=seed, max_rounds=HARD_CAP)
+                                    seed=seed, max_rounds=HARD_CAP, start_iters=start_iters)
     iterations, steps, moves = (0, [0] * 3, [0] * 3) if state is None else state.counters()
     stats = {"iterations": iterations, "isr_steps": steps[MODE_LP],
              "weak_steps": steps[MODE_WEAK], "strong_steps": steps[MODE_STRONG],
@@ -210,7 +211,7 @@ def isr_refine_with_stats(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, p
 
 def isr_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filter_ratio=0.25,
                max_iters=12, phi=0.999, max_weak=2, seed=0,
-               incremental=True) -> tuple[cp.ndarray, float]:
+               incremental=True, start_iters=None) -> tuple[cp.ndarray, float]:
     """Independent-set refinement loop: the rules of ``isr_cpu.isr_refine`` (ISR step
     when balanced, else weak then strong rebalancing; Jet's best-partition bookkeeping
     and stopping rule; :data:`HARD_CAP`). Returns ``(part, cost)``: a new CuPy int32
@@ -223,5 +224,6 @@ def isr_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     del filter_ratio, incremental
     best, best_cost, _ = isr_refine_with_stats(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix,
                                                dist, max_iters=max_iters, phi=phi,
-                                               max_weak=max_weak, seed=seed)
+                                               max_weak=max_weak, seed=seed,
+                                               start_iters=start_iters)
     return best, best_cost

@@ -890,8 +890,8 @@ def _make_loop(isr):
     """
 
     @nb.njit(cache=True, nogil=True)
-    def loop(g, cur, best, st, k, lmax, filter_ratio, max_iters, phi, max_weak, seed_key,
-             incremental, par, traffic, cur_cost, cap):
+    def loop(g, cur, best, st, k, lmax, filter_ratio, max_iters, start_iters, phi, max_weak,
+             seed_key, incremental, par, traffic, cur_cost, cap):
         """One pass of the refinement loop on prepared inputs, from ``cur`` (equal to
         ``best``; both updated), whose traffic (updated) and cost are ``traffic`` and
         ``cur_cost``. Returns ``(best_cost, traffic of best)``.
@@ -900,7 +900,8 @@ def _make_loop(isr):
         ISR step (``isr_cpu.isr_refine``); rebalancing, the bookkeeping of the best
         partition and the stopping rules are those of both. ISR step ``i`` (counted in
         ``st.counts``, over the state's life) hashes with ``isr_step_key(seed_key, i)``.
-        The loop also stops once ``st.counts`` holds ``cap`` iterations.
+        The loop also stops once ``st.counts`` holds ``cap`` iterations, and, until an
+        iteration has made progress, after ``start_iters`` iterations.
         """
         bw = np.zeros(k, dtype=np.int64)
         for u in range(cur.size):
@@ -910,8 +911,9 @@ def _make_loop(isr):
         best_traffic = traffic.copy()
         counts = st.counts
         it = 0
+        progressed = False
         weak_runs = 0
-        while it < max_iters and counts[_ITERATIONS] < cap:
+        while it < (max_iters if progressed else start_iters) and counts[_ITERATIONS] < cap:
             it += 1
             counts[_ITERATIONS] += 1
             if maxw <= lmax:
@@ -944,6 +946,7 @@ def _make_loop(isr):
             keep, progress = _judge_nb(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
             if progress:
                 it = 0
+                progressed = True
             if keep:
                 _snapshot(best, cur, st)
                 for t in range(traffic.size):
@@ -960,7 +963,7 @@ _isr_loop = _make_loop(True)
 
 
 def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filter_ratio=0.25,
-               max_iters=12, phi=0.999, max_weak=2, seed=0, incremental=True):
+               max_iters=12, phi=0.999, max_weak=2, seed=0, incremental=True, start_iters=None):
     """Jet refinement loop (paper Algorithm 6). Returns ``(part, cost)``.
 
     Each iteration runs :func:`jet_lp` when the current partition is balanced
@@ -974,6 +977,8 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     iterations without improvement -- a cost below ``phi * best`` (balanced), or
     a lower max block weight while no balanced partition is known -- or as soon
     as an LP round without locks moves nothing (the state is then a fixed point).
+    Until an iteration has made progress, ``start_iters`` iterations without progress
+    end it (default ``max_iters``): a polish that finds nothing early stops early.
 
     ``part`` is not modified; the result is a new int32 array and its cost ``J``
     (both directions of each edge; ``2 * d_1 * cut`` in cut mode).
@@ -985,7 +990,7 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     """
     return refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, (filter_ratio,),
                   max_iters=max_iters, phi=phi, max_weak=max_weak, seed=seed,
-                  incremental=incremental)[:2]
+                  incremental=incremental, start_iters=start_iters)[:2]
 
 
 #: ``cap`` of :func:`refine` when none is given: only the patience ends the loop
@@ -993,11 +998,13 @@ _UNCAPPED = np.iinfo(np.int64).max
 
 
 def refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, ratios, *, max_iters,
-           phi, max_weak, seed, incremental=True, isr=False, cap=None):
+           phi, max_weak, seed, incremental=True, isr=False, cap=None, start_iters=None):
     """The CPU refinement loop behind :func:`jet_refine`, :func:`ultra_refine` and
     ``isr_cpu.isr_refine``: one pass per filter ratio of ``ratios`` (each from the
     best partition of the previous one), with LP rounds or, with ``isr``, ISR steps
-    on balanced partitions; at most ``cap`` iterations in all (default: no cap).
+    on balanced partitions; at most ``cap`` iterations in all (default: no cap). A pass
+    ends after ``max_iters`` iterations in a row without progress, or ``start_iters``
+    (default ``max_iters``) while none of its iterations has made progress yet.
 
     Returns ``(part, cost, counts)``; ``counts`` counts what the loop did:
     ``iterations``, ``steps`` (LP rounds or ISR steps), ``weak_steps``,
@@ -1005,7 +1012,8 @@ def refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, ratios, *, m
     """
     g, part = _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi)
     best, best_cost, counts = _refine_passes(
-        g, part, int(k), int(lmax), tuple(ratios), max_iters, phi, max_weak, seed, incremental,
+        g, part, int(k), int(lmax), tuple(ratios), max_iters,
+        max_iters if start_iters is None else start_iters, phi, max_weak, seed, incremental,
         isr, _UNCAPPED if cap is None else int(cap))
     return best, best_cost, dict(zip(_COUNT_NAMES, (int(c) for c in counts)))
 
@@ -1035,8 +1043,8 @@ def _setup(xadj, adjncy, adjwgt, vwgt, part, k, prefix, dist, phi):
     return g, part
 
 
-def _refine_passes(g, part, k, lmax, ratios, max_iters, phi, max_weak, seed, incremental, isr,
-                   cap):
+def _refine_passes(g, part, k, lmax, ratios, max_iters, start_iters, phi, max_weak, seed,
+                   incremental, isr, cap):
     """:func:`refine` on prepared inputs. Returns ``(best, cost, st.counts)``.
 
     The passes share one state: a pass starts from the traffic and the proposals
@@ -1057,8 +1065,9 @@ def _refine_passes(g, part, k, lmax, ratios, max_iters, phi, max_weak, seed, inc
             _restart(g.xadj, g.adjncy, cur, best, st,
                      _stale_proposals(g, ratios[i - 1], ratio, nonneg))
         best_cost, traffic = loop(
-            g, cur, best, st, k, lmax, float(ratio), int(max_iters), float(phi), int(max_weak),
-            seed_key(seed), bool(incremental), use_threads(), traffic, best_cost, cap)
+            g, cur, best, st, k, lmax, float(ratio), int(max_iters), int(start_iters),
+            float(phi), int(max_weak), seed_key(seed), bool(incremental), use_threads(), traffic,
+            best_cost, cap)
         if g.adjwgt.dtype.kind == "f":
             # incremental float updates drift in the last bits: report a fresh sum, and
             # start the next pass from it (as a separate jet_refine call would)
@@ -1091,7 +1100,8 @@ def _stale_proposals(g, old_ratio, new_ratio, nonneg: bool | None = None) -> int
 
 
 def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
-                 filter_ratios=ULTRA_FILTER_RATIOS, max_iters=12, phi=0.999, max_weak=2, seed=0):
+                 filter_ratios=ULTRA_FILTER_RATIOS, max_iters=12, phi=0.999, max_weak=2, seed=0,
+                 start_iters=None):
     """Jet's "ultra" refinement: :func:`jet_refine` once per filter ratio, each pass
     continuing from the previous result. Returns ``(part, cost)``.
 
@@ -1108,4 +1118,5 @@ def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
         result = np.ascontiguousarray(part, dtype=np.int32)
         return result, cost(xadj, adjncy, adjwgt, result, prefix, dist)
     return refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, filter_ratios,
-                  max_iters=max_iters, phi=phi, max_weak=max_weak, seed=seed)[:2]
+                  max_iters=max_iters, phi=phi, max_weak=max_weak, seed=seed,
+                  start_iters=start_iters)[:2]

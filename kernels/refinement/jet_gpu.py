@@ -222,9 +222,9 @@ _LOOP = "refinement/jet_loop.cu"
 # words of the control block (C_* / F_* / S_* in refinement/jet_loop.cu)
 _C_IT, _C_MAXW, _C_BEST_MAXW, _C_ROUNDS, _C_MODE, _C_WEAK = 0, 2, 3, 6, 7, 8
 _C_STEPS, _C_MOVES = 9, 12  # three words each, indexed by MODE_*
-_CTL_WORDS = 15
+_CTL_WORDS = 16
 _F_COST, _F_BEST = 0, 1
-_S_IT, _S_MAXW, _S_STOP, _S_ROUNDS, _S_MODE = 1, 2, 3, 4, 5
+_S_IT, _S_MAXW, _S_STOP, _S_ROUNDS, _S_MODE, _S_PROGRESSED = 1, 2, 3, 4, 5, 6
 # kinds of iteration (MODE_* in cuda/common.cuh); MODE_LP is the balanced round, an LP
 # round in Jet's loop and an ISR step in ISR's
 MODE_LP, MODE_WEAK, MODE_STRONG = 0, 1, 2
@@ -243,8 +243,9 @@ class LoopState:
     (ISR) it ends the loop at once. ``max_rounds``: the loop's iteration cap."""
 
     def __init__(self, g: DeviceGraph, part, k: int, lmax: int, max_iters: int, phi: float,
-                 max_weak: int, locking: bool, max_rounds: int):
+                 max_weak: int, locking: bool, max_rounds: int, start_iters: int):
         self.g, self.k, self.lmax, self.max_iters, self.phi = g, k, lmax, max_iters, phi
+        self.start_iters = start_iters
         self.max_weak, self.locking, self.max_rounds = max_weak, locking, max_rounds
         self.part = part
         self.best = part.copy()
@@ -326,7 +327,8 @@ class LoopState:
             (1,), (_THREADS,),
             (self.partial, i64(_PARTIALS), self.traffic, i64(g.nlev), g.dist, self.bw,
              i64(self.k), i64(self.lmax), self.ctl, self.fctl, self.count, i64(kind),
-             i64(self.max_iters), i64(self.max_weak), f64(self.phi), i64(self.locking),
+             i64(self.max_iters), i64(self.start_iters), i64(self.max_weak), f64(self.phi),
+             i64(self.locking),
              i64(self.max_rounds), handle, status_ptr))
         launch(kernel(_LOOP, "copy_if_improved"), g.n, self.best, self.part, i64(g.n), self.ctl)
 
@@ -365,6 +367,7 @@ class _LPRound:
 # ------------------------------------------------------------------ refinement loop
 def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filter_ratio=0.25,
                max_iters=12, phi=0.999, max_weak=2, seed=0, incremental: bool = True,
+               start_iters: int | None = None,
                graph_mode: str | None = None) -> tuple[cp.ndarray, float]:
     """Jet refinement loop (paper Algorithm 6). Returns ``(part, cost)``.
 
@@ -372,8 +375,9 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     else weak rebalancing (at most ``max_weak`` times in a row), then strong; LP
     locks the vertices it moved until the next LP round; the best partition is kept
     (balanced beats unbalanced, then lower cost / lower max block weight); stop after
-    ``max_iters`` iterations without improvement (``phi``) or at an unlocked LP fixed
-    point. ``part`` is not modified; the result is a new CuPy int32 array and ``J``.
+    ``max_iters`` iterations without improvement (``phi``; ``start_iters`` while none
+    has improved yet) or at an unlocked LP fixed point. ``part`` is not modified; the
+    result is a new CuPy int32 array and ``J``.
 
     Host round trips: runs of LP rounds (the common case) execute as one CUDA graph
     whose last kernel decides on the device whether another LP round follows
@@ -388,12 +392,14 @@ def jet_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *, filte
     del incremental
     return ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist,
                         filter_ratios=(filter_ratio,), max_iters=max_iters, phi=phi,
-                        max_weak=max_weak, seed=seed, graph_mode=graph_mode)
+                        max_weak=max_weak, seed=seed, start_iters=start_iters,
+                        graph_mode=graph_mode)
 
 
 def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
                  filter_ratios=ULTRA_FILTER_RATIOS, max_iters=12, phi=0.999, max_weak=2,
-                 seed=0, graph_mode: str | None = None) -> tuple[cp.ndarray, float]:
+                 seed=0, start_iters: int | None = None,
+                 graph_mode: str | None = None) -> tuple[cp.ndarray, float]:
     """Jet's "ultra" refinement: one :func:`jet_refine` pass per filter ratio, each
     continuing from the previous result, exactly as :func:`.jet_cpu.ultra_refine`.
     Returns ``(part, cost)``; ``part`` is not modified.
@@ -404,18 +410,22 @@ def ultra_refine(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, dist, *,
     """
     g = DeviceGraph(xadj, adjncy, adjwgt, vwgt, prefix, dist)
     best, best_cost, _ = refine(g, part, k, lmax, _LPRound, filter_ratios, max_iters=max_iters,
-                                phi=phi, max_weak=max_weak, seed=seed, graph_mode=graph_mode)
+                                phi=phi, max_weak=max_weak, seed=seed, start_iters=start_iters,
+                                graph_mode=graph_mode)
     return best, best_cost
 
 
 def refine(g: DeviceGraph, part, k, lmax, make_round, passes, *, max_iters, phi, max_weak, seed,
-           graph_mode: str | None = None, max_rounds: int = NO_CAP):
+           graph_mode: str | None = None, max_rounds: int = NO_CAP,
+           start_iters: int | None = None):
     """The GPU refinement loop, for Jet and ISR: from ``part`` (not modified), one pass
     per item of ``passes``, each continuing from the previous one's best partition.
 
     ``make_round(g)`` builds the balanced round (:class:`_LPRound`, or
     ``isr_gpu._ISRRound``), whose ``begin_pass`` receives the pass's item.
-    ``max_rounds`` caps the iterations of a pass. Returns ``(best, cost, state)``:
+    ``max_rounds`` caps the iterations of a pass; until an iteration of a pass has made
+    progress, ``start_iters`` (default ``max_iters``) iterations without progress end it.
+    Returns ``(best, cost, state)``:
     the last pass's best partition (a new CuPy int32 array), its ``J`` and the
     :class:`LoopState` (its :meth:`LoopState.counters`, read only by callers that want them),
     ``None`` when no pass ran (``n == 0``, ``k == 1`` or no passes).
@@ -433,7 +443,8 @@ def refine(g: DeviceGraph, part, k, lmax, make_round, passes, *, max_iters, phi,
     stream.wait_event(caller.record())  # the inputs were written on the caller's stream
     with stream:
         refiner = _Refiner(g, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode,
-                           make_round(g), max_rounds)
+                           make_round(g), max_rounds,
+                           max_iters if start_iters is None else start_iters)
         for i, item in enumerate(passes):
             if i:
                 cur[...] = refiner.st.best  # the next pass starts from this one's result
@@ -466,12 +477,13 @@ class _Refiner:
     """
 
     def __init__(self, g: DeviceGraph, cur, k, lmax, max_iters, phi, max_weak, seed, graph_mode,
-                 balanced, max_rounds=NO_CAP):
+                 balanced, max_rounds, start_iters):
         self.g, self.cur, self.k, self.lmax = g, cur, k, lmax
         self.max_iters, self.max_rounds, self.seed = max_iters, max_rounds, seed
+        self.start_iters = start_iters
         self.graph_mode = graph_mode if balanced.capturable else "off"
         self.st = LoopState(g, cur, k, lmax, max_iters, phi, max_weak, balanced.locking,
-                         max_rounds)
+                            max_rounds, start_iters)
         _load_loop_kernels(self.st.suffix)
         self.balanced = balanced
         self.table = TableScratch(g.xadj, 1)          # the rebalancers' connectivity tables
@@ -512,8 +524,9 @@ class _Refiner:
             st.restart()
         self.passes += 1
         self.balanced.begin_pass(item)
-        mode, it, rounds, stop = st.mode, 0, 0, False
-        while it < self.max_iters and rounds < self.max_rounds and not stop:
+        mode, it, rounds, stop, progressed = st.mode, 0, 0, False, False
+        while (it < (self.max_iters if progressed else self.start_iters)
+               and rounds < self.max_rounds and not stop):
             if mode != MODE_STRONG:
                 if self.loop is None:
                     self.loop = cuda_graphs.DeviceLoop(self._body(), self.graph_mode)
@@ -523,7 +536,7 @@ class _Refiner:
                 self._strong()
                 status = st.status
             it, stop, mode = int(status[_S_IT]), bool(status[_S_STOP]), int(status[_S_MODE])
-            rounds = int(status[_S_ROUNDS])
+            rounds, progressed = int(status[_S_ROUNDS]), bool(status[_S_PROGRESSED])
 
     def best_cost(self) -> float:
         """The cost of ``st.best`` (of the last pass)."""

@@ -72,6 +72,7 @@ extern "C" __global__ void row_partials_f64(const double* rows, i64 nrows, i64 n
 #define C_STEPS 9      // 3 words: iterations of each kind (MODE_*) run so far; the ISR
                        // step's hash key derives from C_STEPS + MODE_LP
 #define C_MOVES 12     // 3 words: moves applied by the iterations of each kind
+#define C_PROGRESSED 15  // 1 once an iteration made progress (the CPU's `progressed`)
 #define F_COST 0
 #define F_BEST 1
 
@@ -82,6 +83,7 @@ extern "C" __global__ void row_partials_f64(const double* rows, i64 nrows, i64 n
 #define S_STOP 3
 #define S_ROUNDS 4
 #define S_MODE 5
+#define S_PROGRESSED 6
 
 // One block of REDUCE_THREADS threads, after commit_moves and row_partials: finishes
 // the iteration exactly as the CPU loop's tail does, picks the kind of the next
@@ -94,12 +96,14 @@ extern "C" __global__ void row_partials_f64(const double* rows, i64 nrows, i64 n
 // that moves nothing ends the loop only if the round before it moved nothing either,
 // as no vertex was locked), 0 when it does not (ISR: a step that moves nothing ends it).
 // max_rounds: the loop stops after that many iterations (isr_cpu.HARD_CAP).
+// start_iters: until an iteration makes progress, the loop stops after this many
+// iterations (max_iters applies once one has).
 template <typename W>
 __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traffic, i64 nlev,
                              const double* __restrict__ dist, const i64* __restrict__ bw, i64 k,
                              i64 lmax, i64* ctl, double* fctl, i64* count, i64 kind,
-                             i64 max_iters, i64 max_weak, double phi, i64 locking,
-                             i64 max_rounds, u64 handle, volatile i64* status) {
+                             i64 max_iters, i64 start_iters, i64 max_weak, double phi,
+                             i64 locking, i64 max_rounds, u64 handle, volatile i64* status) {
     __shared__ W wsum[REDUCE_THREADS];
     __shared__ i64 wmax[REDUCE_THREADS];
     for (i64 lev = 0; lev <= nlev; ++lev) {
@@ -153,6 +157,7 @@ __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traff
         }
     }
     fctl[F_COST] = cost;
+    if (it == 0) ctl[C_PROGRESSED] = 1;
     ctl[C_IT] = it;
     ctl[C_MAXW] = maxw;
     ctl[C_IMPROVED] = improved;
@@ -164,35 +169,39 @@ __device__ void loop_control(const W* __restrict__ partial, i64 nparts, W* traff
     const i64 next = maxw <= lmax ? MODE_LP : (weak < max_weak ? MODE_WEAK : MODE_STRONG);
     ctl[C_WEAK] = weak;
     ctl[C_MODE] = next;
+    const i64 patience = ctl[C_PROGRESSED] ? max_iters : start_iters;
     const i64 go_on =
-        !stop && it < max_iters && ctl[C_ROUNDS] < max_rounds && next != MODE_STRONG;
+        !stop && it < patience && ctl[C_ROUNDS] < max_rounds && next != MODE_STRONG;
     status[S_CONTINUE] = go_on;
     status[S_MODE] = next;
     status[S_IT] = it;
     status[S_MAXW] = maxw;
     status[S_STOP] = stop;
     status[S_ROUNDS] = ctl[C_ROUNDS];
+    status[S_PROGRESSED] = ctl[C_PROGRESSED];
     if (handle != 0) cudaGraphSetConditional((cudaGraphConditionalHandle)handle, (unsigned)go_on);
 }
 
 extern "C" __global__ void loop_control_i64(const i64* partial, i64 nparts, i64* traffic, i64 nlev,
                                             const double* dist, const i64* bw, i64 k, i64 lmax,
                                             i64* ctl, double* fctl, i64* count, i64 kind,
-                                            i64 max_iters, i64 max_weak, double phi,
-                                            i64 locking, i64 max_rounds, u64 handle,
-                                            i64* status) {
+                                            i64 max_iters, i64 start_iters, i64 max_weak,
+                                            double phi, i64 locking, i64 max_rounds,
+                                            u64 handle, i64* status) {
     loop_control<i64>(partial, nparts, traffic, nlev, dist, bw, k, lmax, ctl, fctl, count,
-                      kind, max_iters, max_weak, phi, locking, max_rounds, handle, status);
+                      kind, max_iters, start_iters, max_weak, phi, locking, max_rounds, handle,
+                      status);
 }
 
 extern "C" __global__ void loop_control_f64(const double* partial, i64 nparts, double* traffic,
                                             i64 nlev, const double* dist, const i64* bw, i64 k,
                                             i64 lmax, i64* ctl, double* fctl, i64* count,
-                                            i64 kind, i64 max_iters, i64 max_weak, double phi,
-                                            i64 locking, i64 max_rounds, u64 handle,
-                                            i64* status) {
+                                            i64 kind, i64 max_iters, i64 start_iters,
+                                            i64 max_weak, double phi, i64 locking,
+                                            i64 max_rounds, u64 handle, i64* status) {
     loop_control<double>(partial, nparts, traffic, nlev, dist, bw, k, lmax, ctl, fctl, count,
-                         kind, max_iters, max_weak, phi, locking, max_rounds, handle, status);
+                         kind, max_iters, start_iters, max_weak, phi, locking, max_rounds,
+                         handle, status);
 }
 
 // best[u] = part[u] when the last control step found an improvement.

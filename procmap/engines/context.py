@@ -155,6 +155,14 @@ class RefinementContext:
         and :attr:`gpu_mapping_polish`: Jet until ``polish_patience`` iterations in a
         row bring no improvement at all (phi 1), collecting the many small gains that
         FM collects on the host.
+    ``polish_start_patience``
+        The polish of a whole mapping (the finest level of ``im``,
+        :attr:`gpu_mapping_polish`) stops after its first ``polish_start_patience``
+        iterations if none of them improved anything; once one has,
+        :attr:`polish_patience` applies. Where the refinement before it left nothing to
+        gain (power-law graphs, whose polishes find nothing), the full patience of idle
+        iterations over the whole graph is pure cost. A split's polish keeps the full
+        patience: on meshes its first gains can come late.
     ``gpu_mapping_polish``
         ``hm`` on the GPU ends with a J-refinement of the whole mapping on the device
         (one upload serves the splits and it): its splits minimise cuts one hierarchy
@@ -174,6 +182,7 @@ class RefinementContext:
     gpu_ultra_patience: int = 6
     gpu_ultra_phi: float = 1.0
     polish_patience: int = 30
+    polish_start_patience: int = 8
     polish_phi: float = 1.0
     gpu_mapping_polish: bool = False
 

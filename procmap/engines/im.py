@@ -89,7 +89,8 @@ def polish_on_gpu(xadj, adjncy, adjwgt, vwgt, pes, levels, distances, lmax: int,
     ref = ctx.refinement
     refine = be.refiner(ref.scheme)
     out, _ = refine(*graph, be.asarray(pes, np.int32), k, lmax, prefix, dist, seed=seed,
-                    max_iters=ref.polish_patience, phi=ref.polish_phi,
+                    max_iters=ref.polish_patience, start_iters=ref.polish_start_patience,
+                    phi=ref.polish_phi,
                     filter_ratio=ref.single_pass_filter, max_weak=ref.max_weak)
     return np.asarray(to_host(out), dtype=np.int32)
 

@@ -66,7 +66,7 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
     k, lmax, prefix, dist = problem.k, problem.lmax, problem.prefix, problem.dist
     be = backend.of(g.xadj)
     host_fm = fm.passes > 0 and be.runs_sequential_refiners
-    patience, phi = _patience(ctx, plan, not be.runs_sequential_refiners, depth == 0)
+    patience, start, phi = _patience(ctx, plan, not be.runs_sequential_refiners, depth == 0)
     if (host_fm and not plan.ultra and value is not None and fm.fm_only_min_n is not None
             and g.n >= fm.fm_only_min_n
             and int(be.block_weights(part, g.vwgt, k).max()) <= lmax):
@@ -74,14 +74,15 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
     elif ref.scheme == "jet":
         # one Jet pass per filter ratio, sharing their setup
         part, value = be.ultra_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
-                                      dist, seed=seed, max_iters=patience, phi=phi,
-                                      max_weak=ref.max_weak,
+                                      dist, seed=seed, max_iters=patience, start_iters=start,
+                                      phi=phi, max_weak=ref.max_weak,
                                       filter_ratios=ref.filters(ultra=plan.ultra,
                                                                 finest=depth == 0))
     else:  # independent-set refinement has no filter schedule: one pass
         part, value = be.isr_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix,
-                                    dist, seed=seed, max_iters=patience, phi=phi,
-                                    max_weak=ref.max_weak, filter_ratio=ref.single_pass_filter)
+                                    dist, seed=seed, max_iters=patience, start_iters=start,
+                                    phi=phi, max_weak=ref.max_weak,
+                                    filter_ratio=ref.single_pass_filter)
     if host_fm:
         # a pass's gain counts one direction of each edge: value / 2 is its scale
         value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, dist,
@@ -112,15 +113,17 @@ def uncoarsen(levels: list[Level], part, problem: Problem, ctx: Context, plan: L
 
 
 def _patience(ctx: Context, plan: LevelPlan, jet_alone: bool, finest: bool
-              ) -> tuple[int, float]:
-    """Jet's ``(patience, phi)`` on a level: the host's, or where no FM follows (GPU
-    levels), the polish's (finest level of a ``polish_finest`` plan), the ultra
-    passes', or at least :attr:`RefinementContext.gpu_patience`."""
+              ) -> tuple[int, int, float]:
+    """Jet's ``(patience, start patience, phi)`` on a level: the host's, or where no FM
+    follows (GPU levels), the polish's (finest level of a ``polish_finest`` plan), the
+    ultra passes', or at least :attr:`RefinementContext.gpu_patience`. The start
+    patience (before the first improvement) is the patience, except for the polish."""
     ref = ctx.refinement
     if not jet_alone:
-        return ref.patience, ref.phi
+        return ref.patience, ref.patience, ref.phi
     if plan.polish_finest and finest:
-        return ref.polish_patience, ref.polish_phi
+        return ref.polish_patience, ref.polish_start_patience, ref.polish_phi
     if plan.ultra:
-        return ref.gpu_ultra_patience, ref.gpu_ultra_phi
-    return max(ref.patience, ref.gpu_patience), ref.phi
+        return ref.gpu_ultra_patience, ref.gpu_ultra_patience, ref.gpu_ultra_phi
+    patience = max(ref.patience, ref.gpu_patience)
+    return patience, patience, ref.phi

@@ -303,3 +303,28 @@ def test_ultra_refine_passes_equal_separate_jet_refines(name, mode):
                                          filter_ratios=ratios)
     np.testing.assert_array_equal(got.get(), want.get())
     assert got_cost == want_cost
+
+
+@pytest.mark.parametrize("name", ["grid", "rgg", "rand_int"])
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("start_iters", [1, 3])
+def test_start_patience_is_bit_identical(name, mode, start_iters):
+    """The start patience (``start_iters``: iterations without progress that end a loop
+    none of whose iterations has progressed yet) stops the GPU loop where it stops the
+    CPU loop, from a random start (progress at once) and from a converged partition
+    (often none), with integer weights and LP rounds only."""
+    from procmap.kernels.refinement import jet_gpu
+    g = graph(name)
+    prefix, dist = MODES[mode]
+    k = int(prefix[-1])
+    lmax = int(g.vwgt.sum())
+    part = random_balanced(g.n, k, 6)
+    for _ in range(2):  # the random start, then the partition it converged to
+        want, want_cost = jet_cpu.jet_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                             prefix, dist, max_iters=20, phi=1.0,
+                                             start_iters=start_iters)
+        got, got_cost = jet_gpu.jet_refine(*dev(g), cp.asarray(part), k, lmax, prefix, dist,
+                                           max_iters=20, phi=1.0, start_iters=start_iters)
+        np.testing.assert_array_equal(got.get(), want)
+        assert got_cost == want_cost
+        part = want
