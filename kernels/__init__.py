@@ -1,10 +1,14 @@
 """Compute kernels of procmap (installed as ``procmap.kernels``).
 
-Each hot kernel has a Numba twin for the CPU (``*_cpu`` modules) and a CUDA twin
-(``cuda/*.cu``, wrapped by the ``*_gpu`` modules, which import CuPy). Engines call
-them through :mod:`procmap.kernels.backend`, which picks the twin by where the
-arrays live. The objective kernels exported here are the CPU ones (evaluation
-runs on the host). Kernels import nothing from the engines.
+One subpackage per phase of the pipeline: :mod:`.io` (reading and writing graphs),
+:mod:`.coarsening`, :mod:`.initial` (subgraph extraction for multisection),
+:mod:`.refinement` (Jet/ISR, FM, swaps), :mod:`.rebalancing` and :mod:`.objective`.
+In each, a hot kernel has a Numba twin for the CPU (``x_cpu``) and a CUDA twin
+(``x.cu``, wrapped by ``x_gpu``, which imports CuPy) side by side; the headers the
+``.cu`` files share are in ``cuda/``. Engines call them through
+:mod:`procmap.kernels.backend`, which picks the twin by where the arrays live. The
+objective kernels exported here are the CPU ones (evaluation runs on the host).
+Kernels import nothing from the engines.
 """
 from __future__ import annotations
 

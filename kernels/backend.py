@@ -161,9 +161,9 @@ def kernel_cache_is_warm() -> bool:
 @functools.lru_cache(maxsize=None)
 def cpu() -> Backend:
     from .coarsening import coarsen_cpu, unionfind_cpu
-    from .refinement import isr_cpu, jet_cpu
-    from .objective import objective_cpu
     from .initial import subgraph_cpu
+    from .objective import objective_cpu
+    from .refinement import isr_cpu, jet_cpu
     return Backend("cpu", np, coarsen_cpu.two_hop_matching, coarsen_cpu.coarse_ids,
                    coarsen_cpu.contract, jet_cpu.jet_refine, jet_cpu.block_weights, jet_cpu.cost,
                    subgraph_cpu.extract_subgraphs, objective_cpu.level_traffic,
@@ -176,11 +176,11 @@ def cpu() -> Backend:
 def gpu() -> Backend:
     import cupy
 
-    from .coarsening import coarsen_gpu, unionfind_gpu
     from . import gpu_common
-    from .refinement import isr_gpu, jet_gpu
-    from .objective import objective_gpu
+    from .coarsening import coarsen_gpu, unionfind_gpu
     from .initial import subgraph_gpu
+    from .objective import objective_gpu
+    from .refinement import isr_gpu, jet_gpu
 
     def upload_graph(*arrays):
         if any(is_device_array(a) for a in arrays):

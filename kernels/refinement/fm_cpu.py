@@ -26,7 +26,7 @@ import numba as nb
 import numpy as np
 
 from ..common_cpu import (clear_connectivity, connectivity_gain, level_tables, on_boundary,
-                         scatter_connectivity)
+                          scatter_connectivity)
 from ..objective.objective_cpu import pe_loads
 
 

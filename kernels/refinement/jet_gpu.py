@@ -75,10 +75,10 @@ import cupyx
 import numpy as np
 
 from .. import cuda_graphs
+from ..gpu_common import (HISTOGRAM_BLOCKS, TableScratch, as_device, f64, gain_weights, i64,
+                          kernel, launch)
 from ..objective import objective_gpu
 from ..rebalancing import rebalance_gpu
-from ..gpu_common import (HISTOGRAM_BLOCKS, TableScratch, as_device, f64, gain_weights, i64,
-                         kernel, launch)
 from .jet_cpu import ULTRA_FILTER_RATIOS, filter_schedule, traffic_cost
 
 __all__ = ["ULTRA_FILTER_RATIOS", "block_weights", "cost", "filter_schedule", "jet_lp",
