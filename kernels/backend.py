@@ -169,7 +169,7 @@ def cpu() -> Backend:
                    subgraph_cpu.extract_subgraphs, objective_cpu.level_traffic,
                    lambda *arrays: tuple(to_host(a) for a in arrays),
                    unionfind_cpu.cluster_ids, isr_cpu.isr_refine, jet_cpu.ultra_refine,
-                   coarsen_cpu.internal_edges)
+                   subgraph_cpu.internal_edges)
 
 
 @functools.lru_cache(maxsize=None)

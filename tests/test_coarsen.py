@@ -7,6 +7,7 @@ import scipy.sparse as sp
 from procmap.generators import grid_graph
 from procmap.graph import CommGraph
 from procmap.kernels.coarsening import coarsen_cpu as cc
+from procmap.kernels.initial import subgraph_cpu
 
 
 # ----------------------------------------------------------------- helpers
@@ -431,4 +432,4 @@ def test_internal_edges_equals_numpy(float_weights):
     for blocks in (1, 2, 9, g.n):
         part = rng.integers(0, blocks, g.n).astype(np.int32)
         want = numpy_internal_edges(g.xadj, g.adjncy, g.adjwgt, part)
-        assert_identical(cc.internal_edges(g.xadj, g.adjncy, g.adjwgt, part), want)
+        assert_identical(subgraph_cpu.internal_edges(g.xadj, g.adjncy, g.adjwgt, part), want)

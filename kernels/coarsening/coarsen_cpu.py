@@ -584,43 +584,6 @@ def contract(xadj, adjncy, adjwgt, vwgt, cmap, nc: int):
     return cxadj, cadjncy, cadjwgt, cvwgt
 
 
-# ------------------------------------------------------- V-cycle edge filter
-@nb.njit(parallel=True, cache=True, nogil=True)
-def _count_internal(xadj, adjncy, part, nxadj):
-    for u in nb.prange(xadj.size - 1):
-        pu = part[u]
-        k = 0
-        for e in range(np.uint64(xadj[u]), np.uint64(xadj[u + 1])):
-            k += part[np.uint64(adjncy[e])] == pu
-        nxadj[u + 1] = k
-
-
-@nb.njit(parallel=True, cache=True, nogil=True)
-def _copy_internal(xadj, adjncy, adjwgt, part, nxadj, nadjncy, nadjwgt):
-    for u in nb.prange(xadj.size - 1):
-        pu = part[u]
-        q = np.uint64(nxadj[u])
-        for e in range(np.uint64(xadj[u]), np.uint64(xadj[u + 1])):
-            v = adjncy[e]
-            if part[np.uint64(v)] == pu:
-                nadjncy[q] = v
-                nadjwgt[q] = adjwgt[e]
-                q += np.uint64(1)
-
-
-def internal_edges(xadj, adjncy, adjwgt, part):
-    """The CSR without the edges between different blocks of ``part``:
-    ``(xadj int64, adjncy, adjwgt)``, the last two of their input dtypes."""
-    n = xadj.size - 1
-    nxadj = np.zeros(n + 1, dtype=np.int64)
-    _count_internal(xadj, adjncy, part, nxadj)
-    np.cumsum(nxadj, out=nxadj)
-    nadjncy = np.empty(nxadj[-1], dtype=adjncy.dtype)
-    nadjwgt = np.empty(nxadj[-1], dtype=adjwgt.dtype)
-    _copy_internal(xadj, adjncy, adjwgt, part, nxadj, nadjncy, nadjwgt)
-    return nxadj, nadjncy, nadjwgt
-
-
 def coarsen_once(xadj, adjncy, adjwgt, vwgt, max_vwgt=None, seed: int = 0):
     """One coarsening level: two-hop matching, coarse ids, contraction.
 

@@ -2,7 +2,9 @@
 by the blocks of a partition, all blocks at once.
 
 Output is one concatenated CSR per block, addressed by offsets, so the engines can
-recurse into block b without copying the parent graph.
+recurse into block b without copying the parent graph. :func:`internal_edges` keeps the
+blocks' subgraphs in place instead (the graph without its cut edges), for V-cycles that
+coarsen inside the blocks.
 """
 from __future__ import annotations
 
@@ -64,3 +66,42 @@ def extract_subgraphs(xadj, adjncy, adjwgt, vwgt, part, k: int):
         blocks.append((rows - lo, sub_adjncy[lo:hi], sub_adjwgt[lo:hi], vwgt[ids]))
         members.append(ids)
     return blocks, members
+
+
+# ------------------------------------------------------- V-cycle edge filter
+# The blocks' subgraphs without extracting them: V-cycles coarsen inside the blocks.
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _count_internal(xadj, adjncy, part, nxadj):
+    for u in nb.prange(xadj.size - 1):
+        pu = part[u]
+        k = 0
+        for e in range(np.uint64(xadj[u]), np.uint64(xadj[u + 1])):
+            k += part[np.uint64(adjncy[e])] == pu
+        nxadj[u + 1] = k
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _copy_internal(xadj, adjncy, adjwgt, part, nxadj, nadjncy, nadjwgt):
+    for u in nb.prange(xadj.size - 1):
+        pu = part[u]
+        q = np.uint64(nxadj[u])
+        for e in range(np.uint64(xadj[u]), np.uint64(xadj[u + 1])):
+            v = adjncy[e]
+            if part[np.uint64(v)] == pu:
+                nadjncy[q] = v
+                nadjwgt[q] = adjwgt[e]
+                q += np.uint64(1)
+
+
+def internal_edges(xadj, adjncy, adjwgt, part):
+    """The CSR without the edges between different blocks of ``part``:
+    ``(xadj int64, adjncy, adjwgt)``, the last two of their input dtypes (the GPU twin:
+    :func:`.subgraph_gpu.internal_edges`)."""
+    n = xadj.size - 1
+    nxadj = np.zeros(n + 1, dtype=np.int64)
+    _count_internal(xadj, adjncy, part, nxadj)
+    np.cumsum(nxadj, out=nxadj)
+    nadjncy = np.empty(nxadj[-1], dtype=adjncy.dtype)
+    nadjwgt = np.empty(nxadj[-1], dtype=adjwgt.dtype)
+    _copy_internal(xadj, adjncy, adjwgt, part, nxadj, nadjncy, nadjwgt)
+    return nxadj, nadjncy, nadjwgt

@@ -25,7 +25,7 @@ _CU = "initial/subgraph.cu"
 
 def internal_edges(xadj, adjncy, adjwgt, part):
     """The CSR without the edges between different blocks of ``part`` (GPU twin of
-    :func:`.coarsen_cpu.internal_edges`, equal value for value): ``(xadj int64,
+    :func:`.subgraph_cpu.internal_edges`, equal value for value): ``(xadj int64,
     adjncy, adjwgt)``, the last two of their input dtypes.
 
     Scratch: a flag and a running count per CSR entry (9 bytes), besides the result.
