@@ -97,12 +97,11 @@ def test_extract_subgraphs_invariants():
 def test_internal_edges_identical(name):
     """The V-cycles' edge filter: the CSR without the edges between blocks, equal to
     the CPU twin value for value (dtypes included)."""
-    from procmap.kernels.coarsening import coarsen_cpu as cc
     from procmap.kernels.initial import subgraph_gpu as sg
     g = GRAPHS[name]()
     for part, _ in partitions(g, 1):
         part = part.astype(np.int32)
-        want = cc.internal_edges(g.xadj, g.adjncy, g.adjwgt, part)
+        want = sc.internal_edges(g.xadj, g.adjncy, g.adjwgt, part)
         got = sg.internal_edges(cp.asarray(g.xadj), cp.asarray(g.adjncy), cp.asarray(g.adjwgt),
                                 cp.asarray(part))
         for a, b in zip(got, want):
