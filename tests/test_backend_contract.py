@@ -207,3 +207,54 @@ def test_jet_rebalances_an_overloaded_start(be, graph):
     start[: graph.n // 3] = 0  # a third of the vertices piled into block 0
     part, _ = be.jet_refine(*_on(be, graph), be.asarray(start), k, lmax, prefix, dist, seed=1)
     assert np.bincount(to_host(part), weights=graph.vwgt, minlength=k).max() <= lmax
+
+
+def _regrouped(g: CommGraph, size: int, k: int, seed: int):
+    """A balanced mapping onto ``k`` PEs and new groups for it (groups of ``size`` PEs):
+    a tenth of the vertices, in pairs of equal weight, swap groups, so every group's
+    weight is unchanged."""
+    pes = _balanced_start(g.vwgt, k, seed)
+    groups = pes // size
+    rng = np.random.default_rng(seed)
+    for w in np.unique(g.vwgt):
+        for a in range(k // size):
+            b = (a + 1) % (k // size)
+            src = rng.permutation(np.flatnonzero((groups == a) & (pes // size == a)
+                                                 & (g.vwgt == w)))
+            dst = rng.permutation(np.flatnonzero((groups == b) & (pes // size == b)
+                                                 & (g.vwgt == w)))
+            m = min(src.size, dst.size) // 10
+            groups[src[:m]], groups[dst[:m]] = b, a
+    return pes, groups.astype(np.int32)
+
+
+@pytest.mark.parametrize("rounds", [4, 10_000])
+def test_place_in_groups_puts_moved_vertices_in_their_groups(be, graph, rounds):
+    size, k = 4, 16
+    pes, groups = _regrouped(graph, size, k, seed=7)
+    lmax = int(np.ceil(1.05 * graph.vwgt.sum() / k))
+    out = to_host(be.place_in_groups(*_on(be, graph), be.asarray(pes), be.asarray(groups),
+                                     size, k, lmax, rounds=rounds))
+    np.testing.assert_array_equal(out // size, groups)
+    stay = groups == pes // size
+    np.testing.assert_array_equal(out[stay], pes[stay])  # the others keep their PEs
+    loads = np.bincount(out, weights=graph.vwgt, minlength=k)
+    if rounds > graph.n:  # a PE with room accepts a proposal every round: all fit
+        assert loads.max() <= lmax
+    again = to_host(be.place_in_groups(*_on(be, graph), be.asarray(pes), be.asarray(groups),
+                                       size, k, lmax, rounds=rounds))
+    np.testing.assert_array_equal(again, out)  # deterministic
+
+
+def test_place_in_groups_follows_the_heaviest_neighbours(be):
+    # vertex 0 moves from group 0 (PEs 0-1) to group 1 (PEs 2-3): 9 to PE 3 beats 5 to PE 2
+    g = CommGraph.from_edges([0, 0, 0, 1], [1, 2, 3, 4], [5, 4, 5, 1], n=5)
+    pes = np.array([0, 2, 3, 3, 1], dtype=np.int32)
+    groups = np.array([1, 1, 1, 1, 0], dtype=np.int32)
+    out = to_host(be.place_in_groups(*_on(be, g), be.asarray(pes), be.asarray(groups),
+                                     2, 4, 3))
+    np.testing.assert_array_equal(out, [3, 2, 3, 3, 1])
+    # PE 3 is full (lmax 2): vertex 0 takes PE 2, its other neighbour
+    out = to_host(be.place_in_groups(*_on(be, g), be.asarray(pes), be.asarray(groups),
+                                     2, 4, 2))
+    np.testing.assert_array_equal(out, [2, 2, 3, 3, 1])

@@ -448,3 +448,47 @@ def test_uncoarsening_reports_the_objective_of_its_partition(local_fm):
     assert np.bincount(part, minlength=k).max() <= lmax
     np.testing.assert_array_equal(part, part2)
     assert value == value2
+
+
+def _zigzag_mapping(rows: int, cols: int) -> np.ndarray:
+    """Two nodes of 4 PEs on a ``rows x cols`` grid: the node border zigzags across the
+    middle column (4 columns either way every 4 rows), PEs are row bands in a node."""
+    r, c = np.divmod(np.arange(rows * cols), cols)
+    shift = np.where((r // 4) % 2 == 0, 4, -4)
+    node = (c >= cols // 2 + shift).astype(np.int32)
+    return (node * 4 + r * 4 // rows).astype(np.int32)
+
+
+@pytest.mark.parametrize("group_levels", [1, 2])
+def test_group_refinement_straightens_a_node_border(group_levels):
+    from dataclasses import replace
+
+    from procmap.engines.context import preset
+    from procmap.engines.multilevel import Level, Problem
+    from procmap.engines.uncoarsen import LevelPlan, refine_level
+
+    g = grid_graph((32, 32))
+    h = Hierarchy.parse("2:2:2", "1:10:100")
+    start = _zigzag_mapping(32, 32)
+    lmax = math.ceil(1.03 * g.n / h.k)
+    assert np.bincount(start, minlength=h.k).max() <= lmax
+    im = preset("im")
+    ctx = replace(im, refinement=replace(im.refinement, group_levels=group_levels))
+    prefix, dist = np.array([2, 4, 8]), np.array([1.0, 10.0, 100.0])
+    problem = Problem(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k=h.k, lmax=lmax, eps=0.03,
+                      prefix=prefix, dist=dist)
+    level = Level(g.xadj, g.adjncy, g.adjwgt, g.vwgt)
+    results = {}
+    for groups in (False, True):
+        pes, value = refine_level(level, start.copy(), problem, ctx, LevelPlan(), depth=0,
+                                  seed=1, groups=groups)
+        ev = evaluate(g, h, pes)
+        assert ev.valid and np.bincount(pes, minlength=h.k).max() <= lmax
+        assert value == pytest.approx(ev.J)
+        results[groups] = ev
+    between_nodes = evaluate(g, h, start).level_traffic[-1]
+    # the PE-level refinement alone cannot move the node border far (every PE is
+    # nearly full); refined as two blocks of 4 PEs, it becomes a straight cut
+    assert results[True].level_traffic[-1] < results[False].level_traffic[-1] < between_nodes
+    assert results[True].level_traffic[-1] <= 2 * 32  # one straight column border
+    assert results[True].J < results[False].J

@@ -163,6 +163,17 @@ class RefinementContext:
         gain (power-law graphs, whose polishes find nothing), the full patience of idle
         iterations over the whole graph is pure cost. A split's polish keeps the full
         patience: on meshes its first gains can come late.
+    ``group_levels``
+        Refine a mapping top-down on every level but the coarsest of a cycle: first
+        the partition of the PEs into the groups of this many hierarchy levels above
+        the PEs (the top ones first: nodes, then processors), each group one block of
+        its PEs' total ``L_max``, with the same chain and the group-level part of J
+        as objective; then the PEs (0: PEs only). A move between groups that J
+        refinement of the PEs cannot make, since the PEs on the other side are full,
+        is a move between blocks with room at the group level; the vertices that
+        change group then take PEs of their new group
+        (:func:`procmap.kernels.refinement.groups.place_in_groups`). ``im``'s coarse
+        initial mapping leaves node borders that only such moves straighten.
     ``gpu_mapping_polish``
         ``hm`` on the GPU ends with a J-refinement of the whole mapping on the device
         (one upload serves the splits and it): its splits minimise cuts one hierarchy
@@ -184,6 +195,7 @@ class RefinementContext:
     polish_patience: int = 30
     polish_start_patience: int = 8
     polish_phi: float = 1.0
+    group_levels: int = 0
     gpu_mapping_polish: bool = False
 
     def __post_init__(self):
@@ -557,8 +569,9 @@ _IM_INITIAL = Context(
 )
 
 #: ``im``: coarsen the whole graph to 128 vertices per PE, map it with hm, then refine J
-#: on every level: a short Jet (FM follows and does the rest), then longer FM passes
-#: than hm's, since the coarse initial mapping leaves cluster-shaped block borders.
+#: on every level, top-down: the nodes and processors as groups, then the PEs; each with
+#: a short Jet (FM follows and does the rest), then longer FM passes than hm's, since
+#: the coarse initial mapping leaves cluster-shaped block borders.
 #: Rank placement (hence ``auto``'s): hm starts, then hm-ultra starts (all four of each up
 #: to 512 tasks, so never worse than either engine there; fewer above, within the time
 #: a placement of 1024 ranks may take), block placement, and a node-wide swap polish.
@@ -566,8 +579,8 @@ _IM = Context(
     name="im",
     pipeline="im",
     coarsening=CoarseningContext(factor=128, min_vertices=0),
-    refinement=RefinementContext(patience=3, filters_coarse=(0.25,)),
-    fm=FMContext(passes=10, stall_divisor=20, min_gain=0.001, fm_only_min_n=None),
+    refinement=RefinementContext(patience=3, filters_coarse=(0.25,), group_levels=2),
+    fm=FMContext(passes=10, stall_divisor=50, min_gain=0.001, fm_only_min_n=None),
     local_fm=LocalFMContext(depth=0),
     initial=InitialMappingContext(multisection=_IM_INITIAL, uncoarsened=_HM),
     placement=PlacementContext(multistart_n=512, extra=_HM_ULTRA,

@@ -4,6 +4,10 @@ Every multilevel cycle ends the same way. :func:`uncoarsen` walks the levels fro
 the coarsest to the finest, projects the partition (or mapping) onto each level and
 calls :func:`refine_level`, which runs the context's refinement chain there:
 
+0. for ``im``, the groups of the top hierarchy levels first (nodes, then processors:
+   :attr:`~procmap.engines.context.RefinementContext.group_levels`), each refined as a
+   partition with steps 1 and 2, its moved vertices then placed on PEs of their new
+   groups; not on the coarsest level, whose mapping was just computed;
 1. label propagation (:class:`~procmap.engines.context.RefinementContext`): Jet, one
    pass per filter ratio of the level, or G-kway's ISR; with Jet's weak and strong
    rebalancing;
@@ -19,7 +23,7 @@ get no FM (it is sequential) and let Jet run longer instead.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,17 +58,21 @@ class LevelPlan:
 
 
 def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan, *,
-                 depth: int, seed: int, value: float | None = None):
+                 depth: int, seed: int, value: float | None = None, groups: bool = False):
     """Refine ``part`` on level ``g`` (``depth`` 0: the finest); returns
     ``(part, objective)``.
 
     ``value`` is the objective of ``part`` when known (the projection of a refined
     coarser level keeps it): a balanced host level of at least
-    :attr:`FMContext.fm_only_min_n` vertices then goes to FM directly.
+    :attr:`FMContext.fm_only_min_n` vertices then goes to FM directly. ``groups``:
+    refine the hierarchy's groups first (:func:`refine_groups`).
     """
     ref, fm, lfm = ctx.refinement, ctx.fm, ctx.local_fm
-    k, lmax, prefix, dist = problem.k, problem.lmax, problem.prefix, problem.dist
     be = backend.of(g.xadj)
+    if groups and ref.group_levels > 0 and problem.prefix.size > 1:
+        part = refine_groups(g, part, problem, ctx, plan, depth=depth, seed=seed)
+        value = None
+    k, lmax, prefix, dist = problem.k, problem.lmax, problem.prefix, problem.dist
     host_fm = fm.passes > 0 and be.runs_sequential_refiners
     patience, start, phi = _patience(ctx, plan, not be.runs_sequential_refiners, depth == 0)
     if (host_fm and not plan.ultra and value is not None and fm.fm_only_min_n is not None
@@ -96,11 +104,40 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
     return part, value
 
 
+def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan, *,
+                  depth: int, seed: int):
+    """Refine the mapping ``pes`` of level ``g`` group level by group level, top-down
+    (:attr:`RefinementContext.group_levels`); returns the new task -> PE.
+
+    The groups of hierarchy level ``j`` (``size = prefix[j]`` PEs each) are the blocks of
+    a problem with ``k / size`` blocks of weight ``size * lmax`` whose objective is the
+    part of J between groups (``prefix[j + 1:] / size``, ``dist[j + 1:]``). Its chain is
+    :func:`refine_level`'s (label propagation, FM on host levels); the vertices whose
+    group changed then move to PEs of their new group (``Backend.place_in_groups``).
+    """
+    be = backend.of(g.xadj)
+    prefix, dist = problem.prefix, problem.dist
+    top = prefix.size - 1  # prefix[top] is every PE: one group, nothing to refine
+    for j in range(top - 1, max(-1, top - 1 - ctx.refinement.group_levels), -1):
+        size = int(prefix[j])
+        if size <= 1:
+            continue
+        sub = replace(problem, k=problem.k // size, lmax=size * problem.lmax,
+                      prefix=prefix[j + 1:] // size, dist=dist[j + 1:], targets=None)
+        grouped, _ = refine_level(g, pes // size, sub, ctx,
+                                  replace(plan, local_fm=False, polish_finest=False),
+                                  depth=depth, seed=seed)
+        pes = be.place_in_groups(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, grouped, size,
+                                 problem.k, problem.lmax)
+    return pes
+
+
 def uncoarsen(levels: list[Level], part, problem: Problem, ctx: Context, plan: LevelPlan,
               seed: int):
     """Project ``part`` (a partition of the coarsest level, ``levels[-1]``) level by
     level onto the finest one, refining each with :func:`refine_level` (level ``d``
-    with seed ``seed + d``); returns ``(part, objective)`` on the finest level."""
+    with seed ``seed + d``; the hierarchy's groups first on every level but the
+    coarsest); returns ``(part, objective)`` on the finest level."""
     value = None
     for depth in range(len(levels) - 1, -1, -1):
         g = levels[depth]
@@ -108,7 +145,7 @@ def uncoarsen(levels: list[Level], part, problem: Problem, ctx: Context, plan: L
         if depth < len(levels) - 1:
             part = part[g.cmap]  # the coarser level's partition
         part, value = refine_level(g, part, problem, ctx, plan, depth=depth, seed=seed + depth,
-                                   value=value)
+                                   value=value, groups=depth < len(levels) - 1)
     return part, value
 
 
