@@ -167,8 +167,8 @@ class RefinementContext:
         Refine a mapping top-down on every level but the coarsest of a cycle: first
         the partition of the PEs into the groups of this many hierarchy levels above
         the PEs (the top ones first: nodes, then processors), each group one block of
-        its PEs' total ``L_max``, with the same chain and the group-level part of J
-        as objective; then the PEs (0: PEs only). A move between groups that J
+        its PEs' total ``L_max``, by the chain's label propagation with the
+        group-level part of J as objective; then the PEs (0: PEs only). A move between groups that J
         refinement of the PEs cannot make, since the PEs on the other side are full,
         is a move between blocks with room at the group level; the vertices that
         change group then take PEs of their new group

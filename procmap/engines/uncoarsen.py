@@ -6,8 +6,8 @@ calls :func:`refine_level`, which runs the context's refinement chain there:
 
 0. for ``im``, the groups of the top hierarchy levels first (nodes, then processors:
    :attr:`~procmap.engines.context.RefinementContext.group_levels`), each refined as a
-   partition with steps 1 and 2, its moved vertices then placed on PEs of their new
-   groups; not on the coarsest level, whose mapping was just computed;
+   partition by step 1, its moved vertices then placed on PEs of their new groups; not
+   on the coarsest level, whose mapping was just computed;
 1. label propagation (:class:`~procmap.engines.context.RefinementContext`): Jet, one
    pass per filter ratio of the level, or G-kway's ISR; with Jet's weak and strong
    rebalancing;
@@ -111,12 +111,14 @@ def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan
 
     The groups of hierarchy level ``j`` (``size = prefix[j]`` PEs each) are the blocks of
     a problem with ``k / size`` blocks of weight ``size * lmax`` whose objective is the
-    part of J between groups (``prefix[j + 1:] / size``, ``dist[j + 1:]``). Its chain is
-    :func:`refine_level`'s (label propagation, FM on host levels); the vertices whose
-    group changed then move to PEs of their new group (``Backend.place_in_groups``).
+    part of J between groups (``prefix[j + 1:] / size``, ``dist[j + 1:]``), refined by
+    the chain's label propagation (FM, where the level has it, follows on the PEs: on
+    groups it cost more than it gained); the vertices whose group changed then move to
+    PEs of their new group (``Backend.place_in_groups``).
     """
     be = backend.of(g.xadj)
     prefix, dist = problem.prefix, problem.dist
+    lp_only = replace(ctx, fm=replace(ctx.fm, passes=0))
     top = prefix.size - 1  # prefix[top] is every PE: one group, nothing to refine
     for j in range(top - 1, max(-1, top - 1 - ctx.refinement.group_levels), -1):
         size = int(prefix[j])
@@ -124,7 +126,7 @@ def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan
             continue
         sub = replace(problem, k=problem.k // size, lmax=size * problem.lmax,
                       prefix=prefix[j + 1:] // size, dist=dist[j + 1:], targets=None)
-        grouped, _ = refine_level(g, pes // size, sub, ctx,
+        grouped, _ = refine_level(g, pes // size, sub, lp_only,
                                   replace(plan, local_fm=False, polish_finest=False),
                                   depth=depth, seed=seed)
         pes = be.place_in_groups(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, grouped, size,
