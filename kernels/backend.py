@@ -45,7 +45,7 @@ class Backend:
     isr_refine: Callable    # G-kway independent-set refinement (--refinement isr)
     ultra_refine: Callable  # jet_refine passes over a schedule of filter ratios
     internal_edges: Callable  # the CSR without the edges between blocks (V-cycles)
-    place_in_groups: Callable  # PEs for vertices a group refinement moved (im)
+    place_in_groups: Callable  # PEs for the vertices a group refinement moved (im)
 
     @property
     def on_device(self) -> bool:
@@ -164,13 +164,13 @@ def cpu() -> Backend:
     from .coarsening import coarsen_cpu, unionfind_cpu
     from .initial import subgraph_cpu
     from .objective import objective_cpu
-    from .refinement import groups, isr_cpu, jet_cpu
+    from .refinement import groups_cpu, isr_cpu, jet_cpu
     return Backend("cpu", np, coarsen_cpu.two_hop_matching, coarsen_cpu.coarse_ids,
                    coarsen_cpu.contract, jet_cpu.jet_refine, jet_cpu.block_weights, jet_cpu.cost,
                    subgraph_cpu.extract_subgraphs, objective_cpu.level_traffic,
                    lambda *arrays: tuple(to_host(a) for a in arrays),
                    unionfind_cpu.cluster_ids, isr_cpu.isr_refine, jet_cpu.ultra_refine,
-                   subgraph_cpu.internal_edges, functools.partial(groups.place_in_groups, np))
+                   subgraph_cpu.internal_edges, groups_cpu.place_in_groups)
 
 
 @functools.lru_cache(maxsize=None)
@@ -181,7 +181,7 @@ def gpu() -> Backend:
     from .coarsening import coarsen_gpu, unionfind_gpu
     from .initial import subgraph_gpu
     from .objective import objective_gpu
-    from .refinement import groups, isr_gpu, jet_gpu
+    from .refinement import groups_gpu, isr_gpu, jet_gpu
 
     def upload_graph(*arrays):
         if any(is_device_array(a) for a in arrays):
@@ -192,7 +192,7 @@ def gpu() -> Backend:
                    coarsen_gpu.contract, jet_gpu.jet_refine, jet_gpu.block_weights, jet_gpu.cost,
                    subgraph_gpu.extract_subgraphs, objective_gpu.level_traffic, upload_graph,
                    unionfind_gpu.cluster_ids, isr_gpu.isr_refine, jet_gpu.ultra_refine,
-                   subgraph_gpu.internal_edges, functools.partial(groups.place_in_groups, cupy))
+                   subgraph_gpu.internal_edges, groups_gpu.place_in_groups)
 
 
 def of(a) -> Backend:

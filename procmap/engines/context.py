@@ -171,9 +171,16 @@ class RefinementContext:
         group-level part of J as objective; then the PEs (0: PEs only). A move between groups that J
         refinement of the PEs cannot make, since the PEs on the other side are full,
         is a move between blocks with room at the group level; the vertices that
-        change group then take PEs of their new group
-        (:func:`procmap.kernels.refinement.groups.place_in_groups`). ``im``'s coarse
-        initial mapping leaves node borders that only such moves straighten.
+        change group then take the PE of their new group to which they have the
+        heaviest edges (:func:`procmap.kernels.refinement.groups_cpu.place_in_groups`).
+        ``im``'s coarse initial mapping leaves node borders that only such moves
+        straighten.
+    ``device_groups``
+        Refine the groups on GPU levels too (:attr:`group_levels`; host levels always
+        do). On meshes it lowers ``im``'s J on the GPU by 3-6%, but it costs two more
+        label propagations per level: ``im`` on a random geometric graph of 8M
+        vertices, where it gains 0.2%, would take 40% longer (docs/design.md
+        section 4).
     ``gpu_mapping_polish``
         ``hm`` on the GPU ends with a J-refinement of the whole mapping on the device
         (one upload serves the splits and it): its splits minimise cuts one hierarchy
@@ -196,6 +203,7 @@ class RefinementContext:
     polish_start_patience: int = 8
     polish_phi: float = 1.0
     group_levels: int = 0
+    device_groups: bool = False
     gpu_mapping_polish: bool = False
 
     def __post_init__(self):

@@ -69,7 +69,8 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
     """
     ref, fm, lfm = ctx.refinement, ctx.fm, ctx.local_fm
     be = backend.of(g.xadj)
-    if groups and ref.group_levels > 0 and problem.prefix.size > 1 and _groups_on(be):
+    if (groups and ref.group_levels > 0 and problem.prefix.size > 1
+            and (be.runs_sequential_refiners or ref.device_groups)):
         part = refine_groups(g, part, problem, ctx, plan, depth=depth, seed=seed)
         value = None
     k, lmax, prefix, dist = problem.k, problem.lmax, problem.prefix, problem.dist
@@ -112,13 +113,16 @@ def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan
     The groups of hierarchy level ``j`` (``size = prefix[j]`` PEs each) are the blocks of
     a problem with ``k / size`` blocks of weight ``size * lmax`` whose objective is the
     part of J between groups (``prefix[j + 1:] / size``, ``dist[j + 1:]``), refined by
-    the chain's label propagation (FM, where the level has it, follows on the PEs: on
-    groups it cost more than it gained); the vertices whose group changed then move to
-    PEs of their new group (``Backend.place_in_groups``).
+    the chain's label propagation with the host patience on every device (FM, where the
+    level has it, follows on the PEs: on groups it cost more than it gained); the
+    vertices whose group changed then move to PEs of their new group
+    (``Backend.place_in_groups``).
     """
     be = backend.of(g.xadj)
     prefix, dist = problem.prefix, problem.dist
-    lp_only = replace(ctx, fm=replace(ctx.fm, passes=0))
+    ref = ctx.refinement
+    lp_only = replace(ctx, fm=replace(ctx.fm, passes=0),
+                      refinement=replace(ref, gpu_patience=ref.patience))
     top = prefix.size - 1  # prefix[top] is every PE: one group, nothing to refine
     for j in range(top - 1, max(-1, top - 1 - ctx.refinement.group_levels), -1):
         size = int(prefix[j])
@@ -130,7 +134,7 @@ def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan
                                   replace(plan, local_fm=False, polish_finest=False),
                                   depth=depth, seed=seed)
         pes = be.place_in_groups(g.xadj, g.adjncy, g.adjwgt, g.vwgt, pes, grouped, size,
-                                 problem.k, problem.lmax)
+                                 problem.k)
     return pes
 
 
@@ -149,15 +153,6 @@ def uncoarsen(levels: list[Level], part, problem: Problem, ctx: Context, plan: L
         part, value = refine_level(g, part, problem, ctx, plan, depth=depth, seed=seed + depth,
                                    value=value, groups=depth < len(levels) - 1)
     return part, value
-
-
-def _groups_on(be) -> bool:
-    """Whether a level on backend ``be`` refines its groups (:func:`refine_groups`):
-    only where FM follows on the PEs. The vertices that change group land on the
-    best-connected PE of their new group with room, and where none has room, on its
-    least-loaded PEs, away from their neighbours: FM gathers them again, Jet alone does
-    not (on the GPU levels of ``im`` on a 2D grid of 8M vertices, J rose by 9%)."""
-    return be.runs_sequential_refiners
 
 
 def _patience(ctx: Context, plan: LevelPlan, jet_alone: bool, finest: bool
