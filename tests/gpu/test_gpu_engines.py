@@ -99,6 +99,21 @@ def test_gpu_quality_close_to_cpu(engine, rgg):
     assert js["gpu"] <= 1.05 * js["cpu"]
 
 
+def test_im_refines_groups_on_device_levels_when_asked():
+    """RefinementContext.device_groups: the node and processor groups are refined on
+    the GPU levels too (they always are on host levels); the mapping stays valid and
+    deterministic, and differs from the one without."""
+    im = preset("im")
+    on = replace(im, refinement=replace(im.refinement, device_groups=True))
+    a = map_tasks(GRID, TOP2, context=on, seed=4, device="gpu")
+    b = map_tasks(GRID, TOP2, context=on, seed=4, device="gpu")
+    off = map_tasks(GRID, TOP2, context=im, seed=4, device="gpu")
+    assert a.device == "gpu" and a.evaluation.valid
+    assert a.evaluation.loads.max() <= a.evaluation.limit
+    assert np.array_equal(a.pes, b.pes)
+    assert not np.array_equal(a.pes, off.pes)
+
+
 MESH = grid_graph((1024, 512))
 
 
