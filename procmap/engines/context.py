@@ -175,12 +175,11 @@ class RefinementContext:
         heaviest edges (:func:`procmap.kernels.refinement.groups_cpu.place_in_groups`).
         ``im``'s coarse initial mapping leaves node borders that only such moves
         straighten.
-    ``device_groups``
-        Refine the groups on GPU levels too (:attr:`group_levels`; host levels always
-        do). On meshes it lowers ``im``'s J on the GPU by 3-6%, but it costs two more
-        label propagations per level: ``im`` on a random geometric graph of 8M
-        vertices, where it gains 0.2%, would take 40% longer (docs/design.md
-        section 4).
+    ``device_group_levels``
+        :attr:`group_levels` on GPU levels (host levels use :attr:`group_levels`).
+        There no FM follows, and each group level costs a label propagation of the
+        whole level: on meshes it lowers ``im``'s J by 3-6%, on a random geometric
+        graph of 8M vertices by 0.2% for 30% more time (docs/design.md section 4).
     ``gpu_mapping_polish``
         ``hm`` on the GPU ends with a J-refinement of the whole mapping on the device
         (one upload serves the splits and it): its splits minimise cuts one hierarchy
@@ -203,7 +202,7 @@ class RefinementContext:
     polish_start_patience: int = 8
     polish_phi: float = 1.0
     group_levels: int = 0
-    device_groups: bool = False
+    device_group_levels: int = 0
     gpu_mapping_polish: bool = False
 
     def __post_init__(self):

@@ -5,7 +5,8 @@ the coarsest to the finest, projects the partition (or mapping) onto each level 
 calls :func:`refine_level`, which runs the context's refinement chain there:
 
 0. for ``im``, the groups of the top hierarchy levels first (nodes, then processors:
-   :attr:`~procmap.engines.context.RefinementContext.group_levels`), each refined as a
+   :attr:`~procmap.engines.context.RefinementContext.group_levels`, on GPU levels
+   ``device_group_levels``), each refined as a
    partition by step 1, its moved vertices then placed on PEs of their new groups; not
    on the coarsest level, whose mapping was just computed;
 1. label propagation (:class:`~procmap.engines.context.RefinementContext`): Jet, one
@@ -69,9 +70,9 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
     """
     ref, fm, lfm = ctx.refinement, ctx.fm, ctx.local_fm
     be = backend.of(g.xadj)
-    if (groups and ref.group_levels > 0 and problem.prefix.size > 1
-            and (be.runs_sequential_refiners or ref.device_groups)):
-        part = refine_groups(g, part, problem, ctx, plan, depth=depth, seed=seed)
+    group_levels = ref.group_levels if be.runs_sequential_refiners else ref.device_group_levels
+    if groups and group_levels > 0 and problem.prefix.size > 1:
+        part = refine_groups(g, part, problem, ctx, plan, group_levels, depth=depth, seed=seed)
         value = None
     k, lmax, prefix, dist = problem.k, problem.lmax, problem.prefix, problem.dist
     host_fm = fm.passes > 0 and be.runs_sequential_refiners
@@ -105,10 +106,11 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
     return part, value
 
 
-def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan, *,
-                  depth: int, seed: int):
-    """Refine the mapping ``pes`` of level ``g`` group level by group level, top-down
-    (:attr:`RefinementContext.group_levels`); returns the new task -> PE.
+def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan,
+                  levels: int, *, depth: int, seed: int):
+    """Refine the mapping ``pes`` of level ``g`` group level by group level, top-down,
+    the ``levels`` hierarchy levels above the PEs (:attr:`RefinementContext.group_levels`,
+    ``device_group_levels`` on GPU levels); returns the new task -> PE.
 
     The groups of hierarchy level ``j`` (``size = prefix[j]`` PEs each) are the blocks of
     a problem with ``k / size`` blocks of weight ``size * lmax`` whose objective is the
@@ -124,7 +126,7 @@ def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan
     lp_only = replace(ctx, fm=replace(ctx.fm, passes=0),
                       refinement=replace(ref, gpu_patience=ref.patience))
     top = prefix.size - 1  # prefix[top] is every PE: one group, nothing to refine
-    for j in range(top - 1, max(-1, top - 1 - ctx.refinement.group_levels), -1):
+    for j in range(top - 1, max(-1, top - 1 - levels), -1):
         size = int(prefix[j])
         if size <= 1:
             continue

@@ -99,12 +99,13 @@ def test_gpu_quality_close_to_cpu(engine, rgg):
     assert js["gpu"] <= 1.05 * js["cpu"]
 
 
-def test_im_refines_groups_on_device_levels_when_asked():
-    """RefinementContext.device_groups: the node and processor groups are refined on
+def test_im_refines_groups_on_device_levels():
+    """RefinementContext.device_group_levels: the node and processor groups are refined on
     the GPU levels too (they always are on host levels); the mapping stays valid and
     deterministic, and differs from the one without."""
     im = preset("im")
-    on = replace(im, refinement=replace(im.refinement, device_groups=True))
+    on = replace(im, refinement=replace(im.refinement, device_group_levels=2))
+    im = replace(im, refinement=replace(im.refinement, device_group_levels=0))
     a = map_tasks(GRID, TOP2, context=on, seed=4, device="gpu")
     b = map_tasks(GRID, TOP2, context=on, seed=4, device="gpu")
     off = map_tasks(GRID, TOP2, context=im, seed=4, device="gpu")
