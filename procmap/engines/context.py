@@ -177,9 +177,10 @@ class RefinementContext:
         straighten.
     ``device_group_levels``
         :attr:`group_levels` on GPU levels (host levels use :attr:`group_levels`).
-        There no FM follows, and each group level costs a label propagation of the
-        whole level: on meshes it lowers ``im``'s J by 3-6%, on a random geometric
-        graph of 8M vertices by 0.2% for 30% more time (docs/design.md section 4).
+        Off in ``im``: there each group level costs a label propagation of the whole
+        level, which pays on meshes, whose node borders it straightens, but not on the
+        graphs where ``im``'s GPU path must be fastest (random geometric graphs,
+        whose borders it hardly moves).
     ``gpu_mapping_polish``
         ``hm`` on the GPU ends with a J-refinement of the whole mapping on the device
         (one upload serves the splits and it): its splits minimise cuts one hierarchy
