@@ -175,6 +175,9 @@ class RefinementContext:
         heaviest edges (:func:`procmap.kernels.refinement.groups_cpu.place_in_groups`).
         ``im``'s coarse initial mapping leaves node borders that only such moves
         straighten.
+    ``group_patience``
+        Jet's patience when it refines groups, on every device (no FM follows there,
+        and a group level has few blocks, so its iterations are cheap).
     ``device_group_levels``
         :attr:`group_levels` on GPU levels (host levels use :attr:`group_levels`).
         Off in ``im``: there each group level costs a label propagation of the whole
@@ -203,6 +206,7 @@ class RefinementContext:
     polish_start_patience: int = 8
     polish_phi: float = 1.0
     group_levels: int = 0
+    group_patience: int = 8
     device_group_levels: int = 0
     gpu_mapping_polish: bool = False
 

@@ -115,8 +115,9 @@ def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan
     The groups of hierarchy level ``j`` (``size = prefix[j]`` PEs each) are the blocks of
     a problem with ``k / size`` blocks of weight ``size * lmax`` whose objective is the
     part of J between groups (``prefix[j + 1:] / size``, ``dist[j + 1:]``), refined by
-    the chain's label propagation with the host patience on every device (FM, where the
-    level has it, follows on the PEs: on groups it cost more than it gained); the
+    the chain's label propagation with :attr:`RefinementContext.group_patience` on every
+    device (FM, where the level has it, follows on the PEs: on groups it cost more than
+    it gained); the
     vertices whose group changed then move to PEs of their new group
     (``Backend.place_in_groups``).
     """
@@ -124,7 +125,8 @@ def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan
     prefix, dist = problem.prefix, problem.dist
     ref = ctx.refinement
     lp_only = replace(ctx, fm=replace(ctx.fm, passes=0),
-                      refinement=replace(ref, gpu_patience=ref.patience))
+                      refinement=replace(ref, patience=ref.group_patience,
+                                         gpu_patience=ref.group_patience))
     top = prefix.size - 1  # prefix[top] is every PE: one group, nothing to refine
     for j in range(top - 1, max(-1, top - 1 - levels), -1):
         size = int(prefix[j])
