@@ -178,6 +178,10 @@ class RefinementContext:
     ``group_patience``
         Jet's patience when it refines groups, on every device (no FM follows there,
         and a group level has few blocks, so its iterations are cheap).
+    ``group_max_n``
+        Only levels of at most this many vertices refine their groups: on a level of a
+        million vertices the group passes cost about as much as the rest of the level's
+        refinement, more than what they gain there is worth to ``im``, the fast engine.
     ``device_group_levels``
         :attr:`group_levels` on GPU levels (host levels use :attr:`group_levels`).
         Off in ``im``: there each group level costs a label propagation of the whole
@@ -207,6 +211,7 @@ class RefinementContext:
     polish_phi: float = 1.0
     group_levels: int = 0
     group_patience: int = 8
+    group_max_n: int = 300_000
     device_group_levels: int = 0
     gpu_mapping_polish: bool = False
 

@@ -71,7 +71,7 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
     ref, fm, lfm = ctx.refinement, ctx.fm, ctx.local_fm
     be = backend.of(g.xadj)
     group_levels = ref.group_levels if be.runs_sequential_refiners else ref.device_group_levels
-    if groups and group_levels > 0 and problem.prefix.size > 1:
+    if groups and group_levels > 0 and problem.prefix.size > 1 and g.n <= ref.group_max_n:
         part = refine_groups(g, part, problem, ctx, plan, group_levels, depth=depth, seed=seed)
         value = None
     k, lmax, prefix, dist = problem.k, problem.lmax, problem.prefix, problem.dist

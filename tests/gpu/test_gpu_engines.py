@@ -104,7 +104,7 @@ def test_im_refines_groups_on_device_levels():
     the GPU levels too (they always are on host levels); the mapping stays valid and
     deterministic, and differs from the one without."""
     im = preset("im")
-    on = replace(im, refinement=replace(im.refinement, device_group_levels=2))
+    on = replace(im, refinement=replace(im.refinement, device_group_levels=2, group_max_n=10**9))
     im = replace(im, refinement=replace(im.refinement, device_group_levels=0))
     a = map_tasks(GRID, TOP2, context=on, seed=4, device="gpu")
     b = map_tasks(GRID, TOP2, context=on, seed=4, device="gpu")
