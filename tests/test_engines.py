@@ -492,3 +492,20 @@ def test_group_refinement_straightens_a_node_border(group_levels):
     assert results[True].level_traffic[-1] < results[False].level_traffic[-1] < between_nodes
     assert results[True].level_traffic[-1] <= 2 * 32  # one straight column border
     assert results[True].J < results[False].J
+
+
+def test_group_refinement_skips_levels_with_flat_distances():
+    """RefinementContext.group_min_step: with distances 1:2:3 no group level costs 4x the
+    one below it, so refining with groups is refining the PEs alone."""
+    from procmap.engines.context import preset
+    from procmap.engines.multilevel import Level, Problem
+    from procmap.engines.uncoarsen import LevelPlan, refine_level
+
+    g = grid_graph((32, 32))
+    start = _zigzag_mapping(32, 32)
+    problem = Problem(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k=8, lmax=math.ceil(1.03 * g.n / 8),
+                      eps=0.03, prefix=np.array([2, 4, 8]), dist=np.array([1.0, 2.0, 3.0]))
+    level = Level(g.xadj, g.adjncy, g.adjwgt, g.vwgt)
+    runs = [refine_level(level, start.copy(), problem, preset("im"), LevelPlan(), depth=0,
+                         seed=1, groups=groups)[0] for groups in (False, True)]
+    np.testing.assert_array_equal(runs[0], runs[1])

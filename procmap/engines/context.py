@@ -178,6 +178,11 @@ class RefinementContext:
     ``group_patience``
         Jet's patience when it refines groups, on every device (no FM follows there,
         and a group level has few blocks, so its iterations are cheap).
+    ``group_min_step``
+        A group level is refined only where crossing its borders costs at least this
+        many times what crossing the borders inside its groups does
+        (``dist[j + 1] >= group_min_step * dist[j]``): with flat distances a group move
+        gains little and disturbs the PE borders around it more.
     ``group_max_n``
         Only levels of at most this many vertices refine their groups: on a level of a
         million vertices the group passes cost about as much as the rest of the level's
@@ -211,6 +216,7 @@ class RefinementContext:
     polish_phi: float = 1.0
     group_levels: int = 0
     group_patience: int = 8
+    group_min_step: float = 4.0
     group_max_n: int = 300_000
     device_group_levels: int = 0
     gpu_mapping_polish: bool = False

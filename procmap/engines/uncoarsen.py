@@ -130,7 +130,7 @@ def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan
     top = prefix.size - 1  # prefix[top] is every PE: one group, nothing to refine
     for j in range(top - 1, max(-1, top - 1 - levels), -1):
         size = int(prefix[j])
-        if size <= 1:
+        if size <= 1 or dist[j + 1] < ref.group_min_step * dist[j]:
             continue
         sub = replace(problem, k=problem.k // size, lmax=size * problem.lmax,
                       prefix=prefix[j + 1:] // size, dist=dist[j + 1:], targets=None)
