@@ -19,6 +19,7 @@ geometric means over the instances:
 * hm-ultra J <= KaHIP eco (and, with kahip-strong, <= KaHIP strong in at most half its time)
 * hm J <= 1.05 x KaHIP eco and hm time <= KaHIP fast
 * im J <= Scotch quality and im time <= Scotch quality
+* im J <= 1.05 x hm J
 
     python benchmarks/bench_engines.py [--large] [--instances grid2d,rgg17] [--engines hm,im]
         [--peers kahip-fast,kahip-eco,scotch,metis] [--seed 1] [--threads 1] [--repeat 1]
@@ -275,6 +276,9 @@ def report(results, names, methods) -> None:
         check(f"hm J <= 1.05 x KaHIP eco J (ratio {fmt('hm', 'kahip-eco', 'J')}) and hm time <= "
               f"KaHIP fast time (ratio {fmt('hm', 'kahip-fast', 't')}; all valid: {valid_all('hm')})",
               rel("hm", "kahip-eco", "J", 1.05), rel("hm", "kahip-fast", "t"), valid_all("hm"))
+    if "im" in methods and "hm" in methods:
+        check(f"im J <= 1.05 x hm J (ratio {fmt('im', 'hm', 'J')}; all valid: {valid_all('im')})",
+              rel("im", "hm", "J", 1.05), valid_all("im"))
     if "im" in methods and "scotch" in methods:
         check(f"im J <= Scotch quality J (ratio {fmt('im', 'scotch', 'J')}) and im time <= Scotch "
               f"time (ratio {fmt('im', 'scotch', 't')}; all valid: {valid_all('im')})",
