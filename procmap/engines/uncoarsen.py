@@ -117,9 +117,9 @@ def refine_groups(g: Level, pes, problem: Problem, ctx: Context, plan: LevelPlan
     part of J between groups (``prefix[j + 1:] / size``, ``dist[j + 1:]``), refined by
     the chain's label propagation with :attr:`RefinementContext.group_patience` on every
     device (FM, where the level has it, follows on the PEs: on groups it cost more than
-    it gained); the
-    vertices whose group changed then move to PEs of their new group
-    (``Backend.place_in_groups``).
+    it gained). Levels whose distance step is below
+    :attr:`RefinementContext.group_min_step` are skipped. The vertices whose group
+    changed then move to PEs of their new group (``Backend.place_in_groups``).
     """
     be = backend.of(g.xadj)
     prefix, dist = problem.prefix, problem.dist
