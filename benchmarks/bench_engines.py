@@ -1,6 +1,7 @@
 """Benchmark: procmap's CPU engines against the PyPI peers on the papers' graph families.
 
-Partition mapping onto the hierarchy 4:8:6 (k = 192) with distances 1:10:100 and eps = 0.03
+Partition mapping onto the hierarchy 4:8:6 (k = 192) with distances 1:10:100 (``--hierarchy``,
+``--distance``) and eps = 0.03
 (L_max = ceil(1.03 n / 192)). For every instance (benchmarks/instances.py) it runs
 
 * procmap ``map_tasks(graph, Hierarchy.parse("4:8:6", "1:10:100"), engine=E, eps, seed, device="cpu")`` for
@@ -22,8 +23,11 @@ geometric means over the instances:
 * im J <= 1.05 x hm J
 
     python benchmarks/bench_engines.py [--large] [--instances grid2d,rgg17] [--engines hm,im]
-        [--peers kahip-fast,kahip-eco,scotch,metis] [--seed 1] [--threads 1] [--repeat 1]
-        [--json out.json]
+        [--peers kahip-fast,kahip-eco,scotch,metis] [--seed 1 | --seeds 1,2,3,4] [--threads 1]
+        [--repeat 1] [--hierarchy 4:8:6 --distance 1:10:100] [--json out.json]
+
+``--seeds`` runs every method once per seed: the table's J is then the mean over the seeds
+(one seed's J varies by several percent on grids), its time the mean of each seed's time.
 
 ``--repeat N`` runs every method N times and reports the best time (J of the last run; the
 engines and the one-thread peers are deterministic for a seed).
@@ -62,20 +66,24 @@ def _csv(text: str, known) -> list[str]:
     return items
 
 
-def _runner(method: str, topo, eps: float, seed: int):
+def _runner(method: str, topo, eps: float):
+    """``run(graph, seed) -> task -> PE`` of one method on the machine ``topo``."""
     import procmap
     import peers
 
+    levels, dists = list(topo.levels), [int(d) if float(d).is_integer() else float(d)
+                                         for d in topo.distances]
     if method in ENGINES:
-        return lambda g: procmap.map_tasks(g, topo, engine=method, eps=eps, seed=seed,
-                                           device="cpu").pes
+        return lambda g, seed: procmap.map_tasks(g, topo, engine=method, eps=eps, seed=seed,
+                                                 device="cpu").pes
     if method.startswith("kahip-"):
         mode = method.split("-", 1)[1]
-        return lambda g: peers.kahip_process_mapping(g, LEVELS, DISTS, eps, mode=mode, seed=seed)
+        return lambda g, seed: peers.kahip_process_mapping(g, levels, dists, eps, mode=mode,
+                                                           seed=seed)
     if method == "scotch":
-        return lambda g: peers.scotch_tleaf(g, LEVELS, DISTS, eps, quality=True, seed=seed)
+        return lambda g, seed: peers.scotch_tleaf(g, levels, dists, eps, quality=True, seed=seed)
     if method == "metis":
-        return lambda g: peers.metis_identity(g, int(np.prod(LEVELS)), eps, seed=seed)
+        return lambda g, seed: peers.metis_identity(g, int(np.prod(levels)), eps, seed=seed)
     raise KeyError(method)
 
 
@@ -126,6 +134,12 @@ def main() -> None:
                     help="'' for none; kahip-strong is not in the default")
     ap.add_argument("--eps", type=float, default=0.03)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seeds", help="comma-separated seeds (overrides --seed): J is the mean over "
+                                    "them, the time the mean of each seed's best")
+    ap.add_argument("--hierarchy", default=":".join(map(str, LEVELS)),
+                    help="machine levels, bottom up (default 4:8:6)")
+    ap.add_argument("--distance", default=":".join(map(str, DISTS)),
+                    help="distances per level (default 1:10:100)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1, help="runs per method; the best time is reported")
     ap.add_argument("--json", help="write the raw results here")
@@ -144,8 +158,9 @@ def main() -> None:
     if args.large:
         names += [x for x in LARGE if x not in names]
     methods = _csv(args.engines, ENGINES) + _csv(args.peers, PEERS)
-    topo = Hierarchy.parse(":".join(map(str, LEVELS)), ":".join(map(str, DISTS)))
-    runners = {m: _runner(m, topo, args.eps, args.seed) for m in methods}
+    topo = Hierarchy.parse(args.hierarchy, args.distance)
+    seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else [args.seed]
+    runners = {m: _runner(m, topo, args.eps) for m in methods}
 
     # warm-up: Numba compilation (or cache load) and the peers' library loading, on a small graph
     from procmap.generators import grid_graph
@@ -153,11 +168,11 @@ def main() -> None:
     t0 = time.perf_counter()
     for m in methods:
         try:
-            runners[m](small)
+            runners[m](small, seeds[0])
         except Exception as exc:  # noqa: BLE001  (reported again in the real runs)
             print(f"warm-up of {m} failed: {exc}", file=sys.stderr)
     print(f"warm-up (compile / load) {time.perf_counter() - t0:.1f} s; threads {args.threads}; "
-          f"hierarchy {topo.levels} distances {DISTS}; eps {args.eps}; seed {args.seed}",
+          f"hierarchy {args.hierarchy} distances {args.distance}; eps {args.eps}; seeds {seeds}",
           file=sys.stderr)
 
     env = environment()
@@ -169,17 +184,26 @@ def main() -> None:
         lmax = max_block_weight(g.total_vertex_weight, topo.k, args.eps)
         print(f"{name}: n={g.n} m={g.m} L_max={lmax}", file=sys.stderr)
         for m in methods:
-            rec = {"instance": name, "method": m, "n": g.n, "m": g.m, "lmax": lmax, "seed": args.seed,
+            rec = {"instance": name, "method": m, "n": g.n, "m": g.m, "lmax": lmax, "seeds": seeds,
                    "threads": args.threads}
             try:
-                times = []
-                for _ in range(max(1, args.repeat)):
-                    t0 = time.perf_counter()
-                    pes = runners[m](g)
-                    times.append(time.perf_counter() - t0)
-                rec["time"], rec["times"] = min(times), times
-                ev = procmap.evaluate(g, topo, pes, eps=args.eps)
-                rec.update(J=ev.J, cut=ev.cut, max_load=int(ev.loads.max()), valid=bool(ev.valid))
+                per_seed = []
+                for seed in seeds:
+                    times = []
+                    for _ in range(max(1, args.repeat)):
+                        t0 = time.perf_counter()
+                        pes = runners[m](g, seed)
+                        times.append(time.perf_counter() - t0)
+                    ev = procmap.evaluate(g, topo, pes, eps=args.eps)
+                    per_seed.append({"seed": seed, "time": min(times), "times": times, "J": ev.J,
+                                     "cut": ev.cut, "max_load": int(ev.loads.max()),
+                                     "valid": bool(ev.valid)})
+                rec["per_seed"] = per_seed
+                mean_j = sum(r["J"] for r in per_seed) / len(per_seed)
+                rec.update(J=per_seed[0]["J"] if len(seeds) == 1 else round(mean_j),
+                           time=sum(r["time"] for r in per_seed) / len(per_seed),
+                           max_load=max(r["max_load"] for r in per_seed),
+                           valid=all(r["valid"] for r in per_seed))
             except Exception as exc:  # noqa: BLE001
                 rec.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
             results.append(rec)
@@ -194,12 +218,14 @@ def main() -> None:
     print(f"{env.get('cpus')} CPUs, load average at start {load[0]:.2f}" if load else f"{env.get('cpus')} CPUs",
           f"| commit {env.get('git_commit', '?')[:10]}"
           + (f" + uncommitted {', '.join(env['git_modified'])}" if env.get("git_modified") else ""),
-          f"| threads {args.threads} | seed {args.seed} | eps {args.eps}")
+          f"| threads {args.threads} | hierarchy {args.hierarchy} distances {args.distance} "
+          f"| seed{'s' if len(seeds) > 1 else ''} {','.join(map(str, seeds))} | eps {args.eps}")
     print()
     report(results, names, methods)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"environment": env, "levels": LEVELS, "distances": DISTS, "eps": args.eps, "seed": args.seed,
+            json.dump({"environment": env, "levels": list(topo.levels),
+                       "distances": list(topo.distances), "eps": args.eps, "seeds": seeds,
                        "threads": args.threads, "results": results}, f, indent=1)
 
 
