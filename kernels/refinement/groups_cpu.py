@@ -21,6 +21,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .jet_cpu import block_weights
+
 __all__ = ["MAX_CANDIDATES", "least_loaded", "place_in_groups"]
 
 #: Candidate PEs examined per moved vertex: each costs a scan of the vertex's row, so a
@@ -28,10 +30,11 @@ __all__ = ["MAX_CANDIDATES", "least_loaded", "place_in_groups"]
 MAX_CANDIDATES = 32
 
 
-def least_loaded(pes, vwgt, size: int, k: int, xp=np):
-    """The least-loaded PE of every group of ``size`` consecutive PEs under the mapping
-    ``pes`` (int64, one per group; ties: the lower PE id). ``xp``: NumPy or CuPy."""
-    load = xp.bincount(pes, weights=vwgt, minlength=k)
+def least_loaded(load, size: int, xp=np):
+    """The least-loaded PE of every group of ``size`` consecutive PEs, given the PE
+    weights ``load`` (int64, one per group; ties: the lower PE id). ``xp``: the array
+    module of ``load``, NumPy or CuPy."""
+    k = load.size
     return (xp.argmin(load.reshape(k // size, size), axis=1)
             + xp.arange(0, k, size)).astype(xp.int64)
 
@@ -46,8 +49,9 @@ def place_in_groups(xadj, adjncy, adjwgt, vwgt, pes, groups, size: int, k: int) 
     pes = np.ascontiguousarray(pes, dtype=np.int32)
     groups = np.ascontiguousarray(groups, dtype=np.int32)
     out = np.empty_like(pes)
+    least = least_loaded(block_weights(pes, vwgt, k), size)
     _place(xadj, adjncy, adjwgt.astype(np.float64, copy=False), pes, groups, np.int64(size),
-           least_loaded(pes, vwgt, size, k), np.int64(MAX_CANDIDATES), out)
+           least, np.int64(MAX_CANDIDATES), out)
     return out
 
 

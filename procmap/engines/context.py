@@ -168,13 +168,13 @@ class RefinementContext:
         the partition of the PEs into the groups of this many hierarchy levels above
         the PEs (the top ones first: nodes, then processors), each group one block of
         its PEs' total ``L_max``, by the chain's label propagation with the
-        group-level part of J as objective; then the PEs (0: PEs only). A move between groups that J
-        refinement of the PEs cannot make, since the PEs on the other side are full,
-        is a move between blocks with room at the group level; the vertices that
-        change group then take the PE of their new group to which they have the
-        heaviest edges (:func:`procmap.kernels.refinement.groups_cpu.place_in_groups`).
-        ``im``'s coarse initial mapping leaves node borders that only such moves
-        straighten.
+        group-level part of J as objective; then the PEs (0: PEs only). A move between
+        groups that J refinement of the PEs cannot make, since the PEs on the other
+        side are full, is a move between blocks with room at the group level; the
+        vertices that change group then take the PE of their new group to which they
+        have the heaviest edges
+        (:func:`procmap.kernels.refinement.groups_cpu.place_in_groups`). ``im``'s
+        coarse initial mapping leaves node borders that only such moves straighten.
     ``group_patience``
         Jet's patience when it refines groups, on every device (no FM follows there,
         and a group level has few blocks, so its iterations are cheap).

@@ -6,9 +6,9 @@ calls :func:`refine_level`, which runs the context's refinement chain there:
 
 0. for ``im``, the groups of the top hierarchy levels first (nodes, then processors:
    :attr:`~procmap.engines.context.RefinementContext.group_levels`, on GPU levels
-   ``device_group_levels``), each refined as a
-   partition by step 1, its moved vertices then placed on PEs of their new groups; not
-   on the coarsest level, whose mapping was just computed;
+   ``device_group_levels``), each refined as a partition by step 1, its moved vertices
+   then placed on PEs of their new groups; not on the coarsest level, whose mapping
+   was just computed;
 1. label propagation (:class:`~procmap.engines.context.RefinementContext`): Jet, one
    pass per filter ratio of the level, or G-kway's ISR; with Jet's weak and strong
    rebalancing;
