@@ -200,11 +200,11 @@ def of(a) -> Backend:
     return gpu() if is_device_array(a) else cpu()
 
 
-def for_size(device: str, n: int, gpu_min_vertices: int) -> Backend:
-    """Backend for a (sub)graph of ``n`` vertices on the concrete ``device`` ("cpu"/"gpu"):
-    graphs of fewer than ``gpu_min_vertices`` vertices stay on the CPU (the engines pass
-    ``DeviceContext.gpu_min_vertices``)."""
-    return gpu() if device == "gpu" and n >= gpu_min_vertices else cpu()
+def for_size(device: str, large: bool) -> Backend:
+    """Backend for a (sub)graph on the concrete ``device`` ("cpu"/"gpu"): the GPU's only
+    for a ``large`` one (the engines decide with ``DeviceContext.on_gpu``); small graphs
+    stay on the CPU."""
+    return gpu() if device == "gpu" and large else cpu()
 
 
 def gpu_available() -> bool:

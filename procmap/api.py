@@ -61,8 +61,8 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
     device : ``"cpu"``, ``"gpu"`` (CuPy and a CUDA GPU; an error when there is none) or
         ``"auto"`` (the GPU for graphs with at least
         ``context.device.auto_gpu_min_edges`` directed edges when one is usable). On
-        the GPU, subgraphs below ``context.device.gpu_min_vertices`` vertices and rank
-        placement run on the CPU. Out of GPU memory, ``"auto"`` warns and reruns on the
+        the GPU, subgraphs below ``context.device.gpu_min_vertices`` vertices (and
+        ``gpu_min_edges`` directed edges) and rank placement run on the CPU. Out of GPU memory, ``"auto"`` warns and reruns on the
         CPU; ``"gpu"`` raises :class:`~procmap.errors.DeviceError`.
     coarsening : ``"hem"`` (heavy-edge and two-hop matching, the presets' scheme) or
         ``"unionfind"`` (G-kway's union-find clustering); ``None`` keeps the context's.
@@ -127,10 +127,9 @@ def _map(graph, topology, ctx: Context, eps, seed, device, progress) -> Mapping:
     t_start = time.perf_counter()
     levels = topology.levels
     caps = topology.capacities
-    gpu_min = ctx.device.gpu_min_vertices
     if is_rank_placement(graph, topology):
         # usually a few thousand tasks: the host is faster than any kernel launch
-        if graph.n < gpu_min:
+        if graph.n < ctx.device.gpu_min_vertices:
             device = "cpu"
         pes, used = _rank_placement(graph, topology, ctx, seed, seconds, progress, device)
     else:
@@ -157,7 +156,8 @@ def _map(graph, topology, ctx: Context, eps, seed, device, progress) -> Mapping:
             # hm on the GPU may end with a J-refinement of the whole mapping there
             # (RefinementContext.gpu_mapping_polish); one upload serves both
             polish = (run.refinement.gpu_mapping_polish and device == "gpu"
-                      and graph.n >= gpu_min and k_usable == topology.k)
+                      and ctx.device.on_gpu(graph.n, graph.adjncy.size)
+                      and k_usable == topology.k)
             arrays = (graph.xadj, graph.adjncy, graph.adjwgt, graph.vwgt)
             if polish:
                 arrays = backend.gpu().upload_graph(*arrays)

@@ -35,9 +35,13 @@ def test_resolve_device_choices():
 def test_backend_of_numpy_is_cpu():
     be = backend.of(np.zeros(3))
     assert be.name == "cpu" and be.xp is np
-    gpu_min = preset("hm").device.gpu_min_vertices
-    assert backend.for_size("gpu", gpu_min - 1, gpu_min).name == "cpu"
-    assert backend.for_size("cpu", 10**9, gpu_min).name == "cpu"
+    dev = preset("hm").device
+    assert backend.for_size("gpu", False).name == "cpu"
+    assert backend.for_size("cpu", True).name == "cpu"
+    # large by vertices, or by edges alone (dense subgraphs of power-law graphs)
+    assert dev.on_gpu(dev.gpu_min_vertices, 0)
+    assert dev.on_gpu(10, dev.gpu_min_edges)
+    assert not dev.on_gpu(dev.gpu_min_vertices - 1, dev.gpu_min_edges - 1)
 
 
 def test_map_tasks_reports_device_and_rejects_unknown():

@@ -434,10 +434,13 @@ class PlacementContext:
 class DeviceContext:
     """Where the pipeline runs, and how it uses the GPU.
 
-    ``gpu_min_vertices``
-        On the GPU, graphs, subgraphs and levels with fewer vertices run on the host:
-        their kernels are shorter than a launch costs, and the host adds FM. Rank
-        placement below it always runs on the CPU.
+    ``gpu_min_vertices`` / ``gpu_min_edges``
+        On the GPU, graphs, subgraphs and levels with fewer vertices run on the host
+        (:meth:`on_gpu`): their kernels are shorter than a launch costs, and the host
+        adds FM. Unless they have at least ``gpu_min_edges`` directed edges: the deep
+        splits of power-law graphs hand over dense subgraphs (R-MAT 2^20: 22k
+        vertices with 6.5M directed edges), whose refinement costs the host seconds.
+        Rank placement below ``gpu_min_vertices`` tasks always runs on the CPU.
     ``device_splits``
         Device subgraphs split at the same time, at most: each holds its multilevel
         hierarchy in GPU memory, and a few concurrent splits already fill the gaps of
@@ -461,12 +464,18 @@ class DeviceContext:
     """
 
     gpu_min_vertices: int = 50_000
+    gpu_min_edges: int = 1_000_000
     device_splits: int = 4
     peak_bytes_per_edge: int = 100
     try_bytes_per_vertex: int = 180
     try_bytes_per_edge: int = 6
     auto_gpu_min_edges: int = AUTO_GPU_MIN_EDGES
     thread_min_vertices: int = 1024
+
+    def on_gpu(self, n: int, m: int) -> bool:
+        """Whether a graph of ``n`` vertices and ``m`` directed edges is large enough
+        for the GPU (where one is used): :attr:`gpu_min_vertices` or :attr:`gpu_min_edges`."""
+        return n >= self.gpu_min_vertices or m >= self.gpu_min_edges
 
 
 @dataclass(frozen=True)

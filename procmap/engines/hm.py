@@ -12,8 +12,9 @@ weight, ``limits`` their hard maximum weights and ``depth`` the number of splits
 above this one (0 for the top split, whose cut costs the most).
 
 With ``device="gpu"`` the graph is uploaded once; splits and subgraph extraction run
-on the GPU while a subgraph has at least ``DeviceContext.gpu_min_vertices`` vertices,
-and smaller subgraphs (most of the deep splits) move to the host and finish there.
+on the GPU while a subgraph is large enough (``DeviceContext.on_gpu``: vertices or
+directed edges), and smaller subgraphs (most of the deep splits) move to the host and
+finish there.
 """
 from __future__ import annotations
 
@@ -83,14 +84,14 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
     dev = ctx.device
     if split is None:
         split = jet_splitter(ctx)
-    be = backend.for_size(device, n, dev.gpu_min_vertices)
+    be = backend.for_size(device, dev.on_gpu(n, adjncy.size))
     graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)
 
     def split_item(item):
         """One split of a work item ``(subgraph arrays, global ids, level index, first PE)``;
         returns its children's work items, or writes the PEs of a leaf split."""
         (sx, sa, sw, sv), ids, lev, first = item
-        if backend.is_device_array(sx) and ids.size < dev.gpu_min_vertices:
+        if backend.is_device_array(sx) and not dev.on_gpu(ids.size, sa.size):
             sx, sa, sw, sv = (to_host(a) for a in (sx, sa, sw, sv))
         a = levels[lev]
         child = math.prod(levels[:lev])  # PEs per child group
@@ -132,7 +133,7 @@ def hierarchical_multisection(xadj, adjncy, adjwgt, vwgt, levels, share: np.ndar
 
 
 def _on_device(item, device: DeviceContext) -> bool:
-    return backend.is_device_array(item[0][0]) and item[1].size >= device.gpu_min_vertices
+    return backend.is_device_array(item[0][0]) and device.on_gpu(item[1].size, item[0][1].size)
 
 
 def _split_tasks(root, split_item, finished, device: DeviceContext) -> None:

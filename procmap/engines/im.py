@@ -13,9 +13,9 @@
    k-way FM passes with the same J gain (``Context.fm``; on the CPU: levels refined on
    the GPU skip FM, as GPU-HeiPa does, and Jet runs longer there).
 
-With ``device="gpu"`` the graph is uploaded once and coarsened there; levels below
-``DeviceContext.gpu_min_vertices`` vertices (the coarsest ones, and the initial hm) run
-on the host, the larger ones on the GPU.
+With ``device="gpu"`` the graph (when ``DeviceContext.on_gpu``) is uploaded once and
+coarsened there; levels below ``DeviceContext.gpu_min_vertices`` vertices (the coarsest
+ones, and the initial hm) run on the host, the larger ones on the GPU.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def integrated_mapping(xadj, adjncy, adjwgt, vwgt, levels, distances, lmax: int,
     """
     k, prefix, dist = _hierarchy(levels, distances)
     t0 = time.perf_counter()
-    be = backend.for_size(device, xadj.size - 1, ctx.device.gpu_min_vertices)
+    be = backend.for_size(device, ctx.device.on_gpu(xadj.size - 1, adjncy.size))
     graph = be.upload_graph(xadj, adjncy, adjwgt, vwgt)
     seconds["upload"] = time.perf_counter() - t0
     t0 = time.perf_counter()
