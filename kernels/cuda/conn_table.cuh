@@ -117,3 +117,112 @@ __device__ __forceinline__ double move_gain(ConnTable& T, i64 i, i64 a, i64 b, d
     }
     return g;
 }
+
+// ------------------------------------------------------------------ heavy rows
+// A row is scanned by the one thread that holds its vertex, so a hub of a power-law
+// graph (tens of thousands of neighbours) holds up its whole kernel, and with it every
+// iteration of the refinement loop. Rows of more than HEAVY_DEGREE entries of integer
+// weights are therefore scanned by all 32 lanes of the warp that holds the vertex, one
+// such row after another, before each lane takes its own light row
+// (WARP_GRID_STRIDE, warp_heavy_rows). The lanes sum into one table with atomics:
+// sums of integers (as doubles, exact below 2^53) do not depend on the order, so the
+// results are those of one thread, and the CPU's. Float sums would depend on the
+// order: float-weighted rows stay with one thread.
+#define HEAVY_DEGREE 512
+#define WARP_ALL 0xffffffffu
+
+// Grid-stride loop in which every lane of a warp runs the same number of iterations
+// (launch geometry: whole warps), so that the warp can work together inside it; `i`
+// may pass `count` (such a lane has no item). Used with warp_heavy_rows.
+#define WARP_GRID_STRIDE(i, count)                                                        \
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x,                             \
+             i##_end = ((i64)(count) + 31) & ~(i64)31;                                    \
+         i < i##_end; i += (i64)blockDim.x * gridDim.x)
+
+// Whether a row of lo..hi with weights w goes to the whole warp.
+__device__ __forceinline__ bool heavy_row(i64 lo, i64 hi, i64 w_int) {
+    return w_int && hi - lo > HEAVY_DEGREE;
+}
+
+// Calls body(v) with all 32 lanes for the vertex v of every lane whose `heavy` is
+// true, in lane order. Every lane of the warp must call it.
+template <typename Body>
+__device__ __forceinline__ void warp_heavy_rows(bool heavy, i64 u, Body body) {
+    unsigned todo = __ballot_sync(WARP_ALL, heavy);
+    while (todo) {
+        const int src = __ffs(todo) - 1;
+        todo &= todo - 1;
+        body(__shfl_sync(WARP_ALL, u, src));
+    }
+}
+
+// The warp's table of a heavy row at `begin` in global scratch, with room for `cap`
+// keys (at most the scratch's deg * nlev), cleared by the lanes together.
+__device__ __forceinline__ ConnTable warp_table_open(int* keys, double* vals, i64 begin,
+                                                     i64 cap) {
+    ConnTable T;
+    T.keys = keys + begin;
+    T.vals = vals + begin;
+    T.cap = cap;
+    T.used = 0;
+    T.hashed = true;
+    for (i64 s = threadIdx.x & 31; s < cap; s += 32) {
+        T.keys[s] = -1;
+        T.vals[s] = 0.0;
+    }
+    __syncwarp();
+    return T;
+}
+
+// Atomic table_add for the lanes of one warp (integer-valued w: exact in any order).
+__device__ __forceinline__ void warp_table_add(ConnTable& T, int key, double w) {
+    i64 h = (i64)(mix64((u64)(unsigned)key) % (u64)T.cap);
+    for (i64 step = 0; step < T.cap; ++step) {
+        const int old = atomicCAS(&T.keys[h], -1, key);
+        if (old == -1 || old == key) {
+            atomicAdd(&T.vals[h], w);
+            return;
+        }
+        h = (h + 1 == T.cap) ? 0 : h + 1;
+    }
+}
+
+// The lanes of the warp fill T with the row lo..hi, as table_fill does alone.
+__device__ __forceinline__ void warp_table_fill(ConnTable& T, i64 lo, i64 hi,
+                                               const int* __restrict__ adjncy,
+                                               const int* __restrict__ part,
+                                               const void* __restrict__ w, i64 w_int, i64 k,
+                                               i64 nlev, const i64* __restrict__ div) {
+    for (i64 e = lo + (threadIdx.x & 31); e < hi; e += 32) {
+        const i64 b = part[adjncy[e]];
+        const double we = weight_at(w, w_int, e);
+        for (i64 t = 0; t < nlev; ++t) warp_table_add(T, group_key(t, b, k, div), we);
+    }
+    __syncwarp();  // the lanes' atomics are seen by every lane after this
+}
+
+// Number of distinct keys a table of k blocks over nlev levels can hold:
+// sum over t of the level-t groups, ceil(k / div[t]).
+__device__ __forceinline__ i64 table_keys(i64 k, i64 nlev, const i64* __restrict__ div) {
+    i64 keys = 0;
+    for (i64 t = 0; t < nlev; ++t) keys += (k + div[t] - 1) / div[t];
+    return keys;
+}
+
+// Best of two (gain, block) candidates: the larger gain, then the smaller block id
+// (block -1: none), so that the winner does not depend on the order of comparison.
+__device__ __forceinline__ void keep_best(i64& best_b, double& best_g, i64 b, double g) {
+    if (b >= 0 && (best_b < 0 || g > best_g || (g == best_g && b < best_b))) {
+        best_b = b;
+        best_g = g;
+    }
+}
+
+// The warp's best candidate: every lane brings its own, lane 0 ends with the winner.
+__device__ __forceinline__ void warp_best(i64& best_b, double& best_g) {
+    for (int off = 16; off > 0; off >>= 1) {
+        const i64 b = __shfl_down_sync(WARP_ALL, best_b, off);
+        const double g = __shfl_down_sync(WARP_ALL, best_g, off);
+        keep_best(best_b, best_g, b, g);
+    }
+}

@@ -3,6 +3,7 @@
 // Outside the captured Jet loop the selection and assignment steps are sorts and prefix
 // sums done with CuPy; the loop's weak step selects with its own kernels (below).
 #include "common.cuh"
+#include "conn_table.cuh"
 
 // Gain bucket of a rebalancing move, bit-identical to rebalance_cpu.gain_bucket.
 // Positive gain -> 0, zero gain -> 1, a loss x = -gain / max(w, 1) -> 2 + the number of
@@ -38,6 +39,27 @@ __device__ __forceinline__ int fallback_block(i64 u, int a, const i64* __restric
     return -1;
 }
 
+// The proposal of u (block a) from its best-connected destination block best_b
+// (connection best_c; -1: none) and its connection own to a: dest[u] and the bucket of
+// the move's gain; without a destination, a fallback block or -2 ("anywhere").
+__device__ __forceinline__ void propose_move(
+    i64 u, int a, int best_b, double best_c, double own, const i64* __restrict__ vwgt,
+    i64 fallback, const i64* __restrict__ prefix, i64 nlev,
+    const i64* __restrict__ valid_cum, const int* __restrict__ valid_ids, u64 seed_key,
+    const double* __restrict__ thr, i64 nthr, int* __restrict__ dest, int* __restrict__ bucket) {
+    if (best_b < 0) {
+        best_c = 0.0;
+        if (fallback) {
+            best_b = fallback_block(u, a, prefix, nlev, valid_cum, valid_ids, seed_key);
+            if (best_b < 0) return;  // no block can take anything
+        } else {
+            best_b = -2;
+        }
+    }
+    dest[u] = best_b;
+    bucket[u] = gain_bucket(best_c - own, vwgt[u], thr, (int)nthr);
+}
+
 // One thread per vertex: the twin of rebalance_cpu.rebalance_propose.
 // A vertex of an overloaded block with vwgt < heavy[block] proposes its best-connected
 // adjacent block with dest_ok (ties: smallest id), else (fallback != 0) a hashed block
@@ -57,12 +79,38 @@ extern "C" __global__ void rebalance_propose(
     int* __restrict__ skey, double* __restrict__ sval,
     int* __restrict__ dest, int* __restrict__ bucket, const i64* __restrict__ gate) {
     if (gated_off(gate, MODE_WEAK)) return;
-    for (i64 u = blockIdx.x * (i64)blockDim.x + threadIdx.x; u < n;
-         u += (i64)gridDim.x * blockDim.x) {
-        dest[u] = -1;
-        bucket[u] = 0;
-        int a = part[u];
-        if (bw[a] <= lmax || !((double)vwgt[u] < heavy[a])) continue;
+    WARP_GRID_STRIDE(u, n) {
+        bool candidate = false;
+        if (u < n) {
+            dest[u] = -1;
+            bucket[u] = 0;
+            const int a = part[u];
+            candidate = bw[a] > lmax && (double)vwgt[u] < heavy[a];
+        }
+        const bool big = candidate && heavy_row(xadj[u], xadj[u + 1], w_int);
+        warp_heavy_rows(big, u, [&](i64 v) {
+            // the lanes sum the row into a table of its blocks (at most k of them)
+            const i64 lo = xadj[v], hi = xadj[v + 1], k = prefix[nlev - 1];
+            const i64 cap = hi - lo < k ? hi - lo : k;
+            ConnTable T = warp_table_open(skey, sval, spill[v], cap);
+            for (i64 e = lo + (threadIdx.x & 31); e < hi; e += 32)
+                warp_table_add(T, part[adjncy[e]], weight_at(w, w_int, e));
+            __syncwarp();
+            const int a = part[v];
+            i64 best_b = -1;
+            double best_c = 0.0;
+            for (i64 s = threadIdx.x & 31; s < cap; s += 32) {
+                const int b = T.keys[s];
+                if (b >= 0 && b != a && dest_ok[b]) keep_best(best_b, best_c, b, T.vals[s]);
+            }
+            warp_best(best_b, best_c);
+            if ((threadIdx.x & 31) == 0)
+                propose_move(v, a, (int)best_b, best_c, table_get(T, a), vwgt, fallback,
+                             prefix, nlev, valid_cum, valid_ids, seed_key, thr, nthr, dest,
+                             bucket);
+        });
+        if (!candidate || big) continue;
+        const int a = part[u];
         int local_keys[LOCAL_TABLE];
         double local_vals[LOCAL_TABLE];
         int* tkey = spill[u] < 0 ? local_keys : skey + spill[u];
@@ -80,29 +128,17 @@ extern "C" __global__ void rebalance_propose(
             tval[i] += weight_at(w, w_int, e);
         }
         double own = 0.0;
-        int best_b = -1;
+        i64 best_b = -1;
         double best_c = 0.0;
         for (i64 i = 0; i < nt; ++i) {
-            int b = tkey[i];
-            double c = tval[i];
-            if (b == a) {
-                own = c;
-            } else if (dest_ok[b] && (best_b < 0 || c > best_c || (c == best_c && b < best_b))) {
-                best_b = b;
-                best_c = c;
-            }
+            const int b = tkey[i];
+            if (b == a)
+                own = tval[i];
+            else if (dest_ok[b])
+                keep_best(best_b, best_c, b, tval[i]);
         }
-        if (best_b < 0) {
-            best_c = 0.0;
-            if (fallback) {
-                best_b = fallback_block(u, a, prefix, nlev, valid_cum, valid_ids, seed_key);
-                if (best_b < 0) continue;  // no block can take anything
-            } else {
-                best_b = -2;
-            }
-        }
-        dest[u] = best_b;
-        bucket[u] = gain_bucket(best_c - own, vwgt[u], thr, (int)nthr);
+        propose_move(u, a, (int)best_b, best_c, own, vwgt, fallback, prefix, nlev, valid_cum,
+                     valid_ids, seed_key, thr, nthr, dest, bucket);
     }
 }
 

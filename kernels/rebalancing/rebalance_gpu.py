@@ -9,7 +9,9 @@ Steps and how they relate to the CPU twin
    ``rebalance_cpu.rebalance_propose``. Connectivities are summed in neighbour order into
    a per-vertex table of ``deg(u)`` (block id, float64 sum) entries, in the thread's
    local memory or, for high degrees, in a :class:`.gpu_common.TableScratch`, so they
-   are the CPU's sums bit for bit, with no cap on the degree. The best
+   are the CPU's sums bit for bit, with no cap on the degree. Rows of integer weights
+   longer than ``HEAVY_DEGREE`` (the hubs of power-law graphs) are summed by a whole
+   warp with atomics: exact on integers, so the same sums. The best
    block, the hashed fallback block (same ``mix64`` hash and seed key) and ``-2`` are
    chosen by the CPU's rules. **Bit-identical** ``dest`` and ``bucket``.
 2. **Gain buckets**: the CPU computes ``MID + ceil(log(x) / log(1.5))`` with the host's

@@ -36,6 +36,22 @@ extern "C" __global__ void lp_boundary(const i64* __restrict__ xadj, const int* 
 }
 
 // ------------------------------------------------------------------ LP: first filter
+// The proposal of u from its best adjacent block (best_b, -1: none) and gain: kept when
+// the gain is >= 0, or in cut mode when the loss is below the filter ratio times the
+// connection to its own block.
+__device__ __forceinline__ void propose_write(i64 u, i64 best_b, double best_g, double own,
+                                              i64 cut_mode,
+                                              const double* __restrict__ filter_ratio,
+                                              int* __restrict__ dest, double* __restrict__ gain) {
+    if (best_b < 0) return;
+    bool ok = best_g >= 0.0;
+    if (cut_mode && !ok) ok = -best_g < floor(__dmul_rn(*filter_ratio, own));
+    if (ok) {
+        dest[u] = (int)best_b;
+        gain[u] = best_g;
+    }
+}
+
 // Twin of jet_cpu._lp_propose: best adjacent block of every listed (unlocked boundary)
 // vertex. div[t] = P_t (P_0 = 1), delta[t] = d_{t+1} - d_t; nlev = 1 in cut mode. The
 // filter ratio is read from device memory, so one captured graph serves every ratio of
@@ -54,10 +70,32 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
                                       const i64* __restrict__ gate) {
     if (gated_off(gate, MODE_LP)) return;
     const i64 listed = (i64)*count;
-    GRID_STRIDE(i, listed) {
-        const i64 u = list[i];
+    WARP_GRID_STRIDE(i, listed) {
+        const i64 u = i < listed ? list[i] : -1;
+        const i64 lo = u < 0 ? 0 : xadj[u], hi = u < 0 ? 0 : xadj[u + 1];
+        const bool heavy = u >= 0 && heavy_row(lo, hi, w_int);
+        warp_heavy_rows(heavy, u, [&](i64 v) {
+            // the warp's table holds at most the keys that exist (a hub meets few blocks)
+            const i64 vlo = xadj[v], vhi = xadj[v + 1];
+            const i64 cap = min((vhi - vlo) * nlev, table_keys(k, nlev, div));
+            ConnTable T = warp_table_open(keys, vals, spill[v], cap);
+            warp_table_fill(T, vlo, vhi, adjncy, part, w, w_int, k, nlev, div);
+            const i64 a = part[v];
+            i64 best_b = -1;
+            double best_g = 0.0;
+            const double own = table_get(T, (int)a);
+            for (i64 s = threadIdx.x & 31; s < cap; s += 32) {
+                const int key = T.keys[s];
+                if (key < 0 || key >= k || key == a) continue;
+                keep_best(best_b, best_g, key,
+                          move_gain(T, s, a, key, own, cut_mode, k, nlev, div, delta));
+            }
+            warp_best(best_b, best_g);
+            if ((threadIdx.x & 31) == 0)
+                propose_write(v, best_b, best_g, own, cut_mode, filter_ratio, dest, gain);
+        });
+        if (u < 0 || heavy) continue;
         const i64 a = part[u];
-        const i64 lo = xadj[u], hi = xadj[u + 1];
 
         int local_keys[LOCAL_TABLE];
         double local_vals[LOCAL_TABLE];
@@ -71,24 +109,13 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
         // level-0 keys (< k) are exactly the adjacent blocks; the winner (largest gain,
         // then smallest id) does not depend on the order they are listed in
         const i64 extent = table_extent(T);
-        for (i64 i = 0; i < extent; ++i) {
-            const int key = T.keys[i];
+        for (i64 s = 0; s < extent; ++s) {
+            const int key = T.keys[s];
             if (key < 0 || key >= k || key == a) continue;
-            const i64 b = key;
-            const double g = move_gain(T, i, a, b, own, cut_mode, k, nlev, div, delta);
-            if (best_b < 0 || g > best_g || (g == best_g && b < best_b)) {
-                best_b = b;
-                best_g = g;
-            }
+            keep_best(best_b, best_g, key,
+                      move_gain(T, s, a, key, own, cut_mode, k, nlev, div, delta));
         }
-        if (best_b >= 0) {
-            bool ok = best_g >= 0.0;
-            if (cut_mode && !ok) ok = -best_g < floor(__dmul_rn(*filter_ratio, own));
-            if (ok) {
-                dest[u] = (int)best_b;
-                gain[u] = best_g;
-            }
-        }
+        propose_write(u, best_b, best_g, own, cut_mode, filter_ratio, dest, gain);
     }
 }
 
@@ -98,6 +125,26 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
 // already moved; it moves when that gain is >= 0. Candidates are listed vertices with
 // dest[u] >= 0; a moving one gets move[u] = 1 and target[u] = dest[u] (lp_boundary
 // reset both for every vertex).
+// What CSR entry e of candidate u (moving from a to b, first-filter gain gu) adds to its
+// afterburner gain: neighbour v counts in the block it moves to when it is a candidate
+// of higher priority (larger gain; equal gain and smaller id), else in its own.
+__device__ __forceinline__ double afterburn_term(i64 e, i64 u, i64 a, i64 b, double gu,
+                                                 const int* __restrict__ adjncy,
+                                                 const void* __restrict__ w, i64 w_int,
+                                                 const int* __restrict__ part,
+                                                 const i64* __restrict__ prefix,
+                                                 const double* __restrict__ dist, i64 cut_mode,
+                                                 const int* __restrict__ dest,
+                                                 const double* __restrict__ gain) {
+    const i64 v = adjncy[e];
+    i64 cv = part[v];
+    const i64 dv = dest[v];
+    if (dv >= 0 && (gain[v] > gu || (gain[v] == gu && v < u))) cv = dv;
+    const double we = weight_at(w, w_int, e);
+    if (cut_mode) return cv == b ? we : (cv == a ? -we : 0.0);
+    return __dmul_rn(we, __dsub_rn(distance(a, cv, prefix, dist), distance(b, cv, prefix, dist)));
+}
+
 extern "C" __global__ void lp_afterburn(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
                                         const void* __restrict__ w, i64 w_int,
                                         const int* __restrict__ part,
@@ -112,30 +159,34 @@ extern "C" __global__ void lp_afterburn(const i64* __restrict__ xadj, const int*
                                         const i64* __restrict__ gate) {
     if (gated_off(gate, MODE_LP)) return;
     const i64 listed = (i64)*count;
-    GRID_STRIDE(i, listed) {
-        const i64 u = list[i];
+    WARP_GRID_STRIDE(i, listed) {
+        const i64 u = i < listed ? list[i] : -1;
+        const bool candidate = u >= 0 && dest[u] >= 0;
+        const bool heavy = candidate && heavy_row(xadj[u], xadj[u + 1], w_int);
+        warp_heavy_rows(heavy, u, [&](i64 v) {
+            // lanes sum strided entries, then a fixed reduction tree: integer terms (cut
+            // mode, or integer distances) give exactly the one-thread sum
+            const i64 b = dest[v], a = part[v];
+            const double gv = gain[v];
+            double g2 = 0.0;
+            for (i64 e = xadj[v] + (threadIdx.x & 31); e < xadj[v + 1]; e += 32)
+                g2 = __dadd_rn(g2, afterburn_term(e, v, a, b, gv, adjncy, w, w_int, part,
+                                                  prefix, dist, cut_mode, dest, gain));
+            for (int off = 16; off > 0; off >>= 1)
+                g2 = __dadd_rn(g2, __shfl_down_sync(WARP_ALL, g2, off));
+            if ((threadIdx.x & 31) == 0 && g2 >= 0.0) {
+                move[v] = 1;
+                target[v] = (int)b;
+            }
+        });
+        if (!candidate || heavy) continue;
         const i64 b = dest[u];
-        if (b < 0) continue;
         const i64 a = part[u];
         const double gu = gain[u];
         double g2 = 0.0;
-        for (i64 e = xadj[u]; e < xadj[u + 1]; ++e) {
-            const i64 v = adjncy[e];
-            i64 cv = part[v];
-            const i64 dv = dest[v];
-            if (dv >= 0 && (gain[v] > gu || (gain[v] == gu && v < u))) cv = dv;
-            const double we = weight_at(w, w_int, e);
-            if (cut_mode) {
-                if (cv == b)
-                    g2 = __dadd_rn(g2, we);
-                else if (cv == a)
-                    g2 = __dsub_rn(g2, we);
-            } else {
-                const double d = __dsub_rn(distance(a, cv, prefix, dist),
-                                           distance(b, cv, prefix, dist));
-                g2 = __dadd_rn(g2, __dmul_rn(we, d));
-            }
-        }
+        for (i64 e = xadj[u]; e < xadj[u + 1]; ++e)
+            g2 = __dadd_rn(g2, afterburn_term(e, u, a, b, gu, adjncy, w, w_int, part, prefix,
+                                              dist, cut_mode, dest, gain));
         if (g2 >= 0.0) {
             move[u] = 1;
             target[u] = (int)b;

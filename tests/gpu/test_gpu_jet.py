@@ -36,6 +36,21 @@ def hub_graph(seed):
     return CommGraph.from_edges(src, dst, rng.random(src.size) * 3, n=n)
 
 
+def hubs_int_graph(seed):
+    """Integer weights, one vertex adjacent to all others and five of degree about 800:
+    rows above HEAVY_DEGREE (cuda/conn_table.cuh), which a whole warp scans."""
+    rng = np.random.default_rng(seed)
+    n = 2500
+    src = np.concatenate((rng.integers(0, n, 8000), np.zeros(n - 1, dtype=np.int64),
+                          np.repeat(np.arange(1, 6), 900)))
+    dst = np.concatenate((rng.integers(0, n, 8000), np.arange(1, n),
+                          rng.integers(0, n, 5 * 900)))
+    return CommGraph.from_edges(src, dst, rng.integers(1, 9, src.size), n=n)
+
+
+#: Rows longer than this are scanned by a whole warp (HEAVY_DEGREE in cuda/conn_table.cuh).
+HEAVY_DEGREE = 512
+
 GRAPHS = {
     "grid": lambda: grid_graph((48, 40)),
     "rgg": lambda: random_geometric_graph(3000, seed=1),
@@ -43,6 +58,7 @@ GRAPHS = {
     "rand_int": lambda: weighted_graph(1500, 12000, 3, False),    # degree ~16: linear and hashed tables
     "rand_float": lambda: weighted_graph(1500, 12000, 4, True),
     "hub": lambda: hub_graph(5),
+    "hubs_int": lambda: hubs_int_graph(6),
 }
 
 
@@ -94,6 +110,9 @@ def test_lp_proposals_are_bit_identical(name, mode, kind):
     np.testing.assert_array_equal(g_gain.get().view(np.int64), gain.view(np.int64))
     if kind == "random":
         assert (dest >= 0).any()
+    if name == "hubs_int" and mode == "cut":  # the warp-scanned rows propose too
+        heavy = np.diff(g.xadj) > HEAVY_DEGREE
+        assert heavy.sum() >= 6 and (dest[heavy] >= 0).any()
 
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))
@@ -162,7 +181,7 @@ def test_reexports_come_from_the_cpu_module():
 
 
 # ------------------------------------------------------------------ refinement loop
-@pytest.mark.parametrize("name", ["grid", "rgg", "delaunay", "rand_int"])
+@pytest.mark.parametrize("name", ["grid", "rgg", "delaunay", "rand_int", "hubs_int"])
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_lp_only_refinement_is_bit_identical(name, mode):
     """No block can overload (lmax = total weight): only LP rounds run, and with
@@ -188,7 +207,7 @@ def skewed(n, k):
     return part
 
 
-@pytest.mark.parametrize("name", ["grid", "rgg", "delaunay", "rand_int", "rand_float"])
+@pytest.mark.parametrize("name", ["grid", "rgg", "delaunay", "rand_int", "rand_float", "hubs_int"])
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("kind", ["random", "skewed"])
 def test_jet_refine_balance_and_cost_match_cpu(name, mode, kind):
@@ -249,7 +268,7 @@ def test_jet_refine_trivial_cases():
         jet_gpu.jet_refine(xadj, adjncy, adjwgt, vwgt, part, 2, g.n, [2], [1.0], phi=1.5)
 
 
-@pytest.mark.parametrize("name", ["grid", "rgg", "delaunay", "rand_int"])
+@pytest.mark.parametrize("name", ["grid", "rgg", "delaunay", "rand_int", "hubs_int"])
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("kind", ["random", "skewed"])
 def test_jet_refine_equals_cpu_when_no_strong_step(name, mode, kind):
@@ -305,7 +324,7 @@ def test_ultra_refine_passes_equal_separate_jet_refines(name, mode):
     assert got_cost == want_cost
 
 
-@pytest.mark.parametrize("name", ["grid", "rgg", "rand_int"])
+@pytest.mark.parametrize("name", ["grid", "rgg", "rand_int", "hubs_int"])
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("start_iters", [1, 3])
 def test_start_patience_is_bit_identical(name, mode, start_iters):

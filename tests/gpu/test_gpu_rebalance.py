@@ -42,6 +42,13 @@ def graph(name):
         src = np.concatenate((rng.integers(0, n, m), np.repeat(np.arange(hubs), 150)))
         dst = np.concatenate((rng.integers(0, n, m), rng.integers(0, n, hubs * 150)))
         return CommGraph.from_edges(src, dst, rng.random(src.size) * 5, n=n)
+    if name == "hubs_int":  # integer weights, 12 rows above HEAVY_DEGREE (warp-scanned)
+        rng = np.random.default_rng(6)
+        n, m, hubs = 2500, 8000, 12
+        hub_ids = np.arange(hubs) * (n // hubs)  # spread over the blocks of every case
+        src = np.concatenate((rng.integers(0, n, m), np.repeat(hub_ids, 900)))
+        dst = np.concatenate((rng.integers(0, n, m), rng.integers(0, n, hubs * 900)))
+        return CommGraph.from_edges(src, dst, rng.integers(1, 9, src.size), n=n)
     raise ValueError(name)
 
 
@@ -78,7 +85,8 @@ CASES = [("grid", 8, (8,), "scatter"), ("grid", 8, (2, 8), "scatter"),
          ("delaunay_big", 192, (4, 32, 192), "scatter"),
          ("grid", 8, (8,), "strips"), ("grid", 8, (2, 8), "strips"),
          ("random", 8, (2, 8), "strips"), ("delaunay_big", 192, (4, 32, 192), "strips"),
-         ("hubs", 8, (2, 8), "scatter"), ("hubs", 64, (8, 64), "strips")]
+         ("hubs", 8, (2, 8), "scatter"), ("hubs", 64, (8, 64), "strips"),
+         ("hubs_int", 8, (2, 8), "scatter"), ("hubs_int", 64, (8, 64), "strips")]
 CASE_IDS = [f"{g}-k{k}-{'x'.join(map(str, p))}-{kind}" for g, k, p, kind in CASES]
 
 
@@ -168,6 +176,9 @@ def test_propose_is_bit_identical(case, wkind, strong):
     assert np.count_nonzero(dest != -1) > 0
     if case[0] == "hubs":  # some candidates use the global scratch table
         big = np.diff(p.xadj) > gc.LOCAL_TABLE
+        assert np.count_nonzero(dest[big] != -1) > 0
+    if case[0] == "hubs_int":  # some candidates are rows a whole warp scans (int64 below)
+        big = np.diff(p.xadj) > 512  # HEAVY_DEGREE, cuda/conn_table.cuh
         assert np.count_nonzero(dest[big] != -1) > 0
     np.testing.assert_array_equal(host(g_dest), dest)
     np.testing.assert_array_equal(host(g_bucket), bucket)
