@@ -333,8 +333,8 @@ def test_engines_on_a_graph_that_does_not_coarsen(engine):
 
 def test_a_split_that_does_not_coarsen_starts_at_random_without_v_cycles(monkeypatch):
     """hm-ultra's top split of a graph that keeps its edges under matching: no METIS call
-    on it (a random start), and its V-cycles end at the first that yields no coarse level,
-    instead of refining the same graph again. Observed through the phases' interfaces:
+    on it (a random start), and no V-cycle, which would coarsen it again for nothing and
+    refine the same graph again. Observed through the phases' interfaces:
     coarsening, the initial partitioner and the uncoarsening loop."""
     from procmap.engines import multilevel
     from procmap.engines.context import preset
@@ -371,9 +371,9 @@ def test_a_split_that_does_not_coarsen_starts_at_random_without_v_cycles(monkeyp
     assert g.n not in metis_sizes
     tries, vcycles = ctx.schedule.tries_at(0), ctx.schedule.vcycles_at(0)
     assert vcycles > 1
-    # per try (tries may run concurrently): the cycle itself, then one V-cycle that
-    # yields no coarse level and ends the rest; only the cycle refines the graph
-    assert sorted(coarsened) == [(False, 0)] * tries + [(True, 0)] * tries
+    # per try (tries may run concurrently): the cycle itself, and no V-cycle (the graph
+    # would not coarsen inside its blocks either); only the cycle refines the graph
+    assert sorted(coarsened) == [(False, 0)] * tries
     assert refined == [1] * tries
 
 
@@ -416,6 +416,30 @@ def test_im_on_a_graph_that_does_not_coarsen_refines_hms_mapping():
     im = map_tasks(g, h, engine="im", device="cpu", seed=5)
     assert im.evaluation.valid
     assert im.evaluation.J <= hm.evaluation.J
+
+
+def test_im_does_not_coarsen_again_a_graph_it_saw_not_coarsen(monkeypatch):
+    """SplitSchedule.coarsen: the hm that maps im's uncoarsened input starts its top split
+    from a random partition instead of coarsening the whole graph a second time, as
+    plain hm does (im's own attempt is its coarsening phase, not a split's)."""
+    from procmap.engines import multilevel
+    g = _random_graph(6000, 16, 2)
+    h = Hierarchy.parse("4:4:2", "1:10:100")
+    splits_coarsening_whole = []
+    real = multilevel.coarsen
+
+    def coarsen(xadj, *args, **kwargs):
+        if xadj.size - 1 == g.n:
+            splits_coarsening_whole.append(1)
+        return real(xadj, *args, **kwargs)
+
+    monkeypatch.setattr(multilevel, "coarsen", coarsen)
+    hm = map_tasks(g, h, engine="hm", device="cpu", seed=5)
+    assert splits_coarsening_whole
+    splits_coarsening_whole.clear()
+    im = map_tasks(g, h, engine="im", device="cpu", seed=5)
+    assert not splits_coarsening_whole
+    assert im.evaluation.valid and im.evaluation.J <= hm.evaluation.J
 
 
 @pytest.mark.parametrize("local_fm", [False, True])

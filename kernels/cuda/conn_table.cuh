@@ -187,17 +187,39 @@ __device__ __forceinline__ void warp_table_add(ConnTable& T, int key, double w) 
     }
 }
 
-// The lanes of the warp fill T with the row lo..hi, as table_fill does alone.
+// Keys a lane sums privately before it adds them to the warp's table: atomics on the
+// few keys of a hub (its adjacent blocks) would serialise the lanes.
+#define LANE_KEYS 16
+
+// The lanes of the warp fill T with the row lo..hi, as table_fill does alone: each
+// lane sums its entries (lo + lane, lo + lane + 32, ...) by key, privately for its first
+// LANE_KEYS keys, then adds its sums with atomics.
 __device__ __forceinline__ void warp_table_fill(ConnTable& T, i64 lo, i64 hi,
                                                const int* __restrict__ adjncy,
                                                const int* __restrict__ part,
                                                const void* __restrict__ w, i64 w_int, i64 k,
                                                i64 nlev, const i64* __restrict__ div) {
+    int lane_keys[LANE_KEYS];
+    double lane_sums[LANE_KEYS];
+    int used = 0;
     for (i64 e = lo + (threadIdx.x & 31); e < hi; e += 32) {
         const i64 b = part[adjncy[e]];
         const double we = weight_at(w, w_int, e);
-        for (i64 t = 0; t < nlev; ++t) warp_table_add(T, group_key(t, b, k, div), we);
+        for (i64 t = 0; t < nlev; ++t) {
+            const int key = group_key(t, b, k, div);
+            int i = 0;
+            while (i < used && lane_keys[i] != key) ++i;
+            if (i < used) {
+                lane_sums[i] += we;  // integers: exact
+            } else if (used < LANE_KEYS) {
+                lane_keys[used] = key;
+                lane_sums[used++] = we;
+            } else {
+                warp_table_add(T, key, we);
+            }
+        }
     }
+    for (int i = 0; i < used; ++i) warp_table_add(T, lane_keys[i], lane_sums[i]);
     __syncwarp();  // the lanes' atomics are seen by every lane after this
 }
 

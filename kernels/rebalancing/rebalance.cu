@@ -93,9 +93,8 @@ extern "C" __global__ void rebalance_propose(
             const i64 lo = xadj[v], hi = xadj[v + 1], k = prefix[nlev - 1];
             const i64 cap = hi - lo < k ? hi - lo : k;
             ConnTable T = warp_table_open(skey, sval, spill[v], cap);
-            for (i64 e = lo + (threadIdx.x & 31); e < hi; e += 32)
-                warp_table_add(T, part[adjncy[e]], weight_at(w, w_int, e));
-            __syncwarp();
+            const i64 one = 1;  // one level whose groups are the blocks: keys are block ids
+            warp_table_fill(T, lo, hi, adjncy, part, w, w_int, k, 1, &one);
             const int a = part[v];
             i64 best_b = -1;
             double best_c = 0.0;

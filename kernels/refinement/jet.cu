@@ -198,30 +198,70 @@ extern "C" __global__ void lp_afterburn(const i64* __restrict__ xadj, const int*
 // Twin of jet_cpu._move_delta over all vertices (target[u] >= 0 marks a move): the
 // traffic change per level of executing all moves at once. A pair with one moving
 // end is seen only from that end (factor 2), one with two moving ends from each.
-// Row sums as in objective.cu: out[lev * rows + r], zeroed by the caller.
+// Row sums as in objective.cu: out[lev * rows + r], zeroed by the caller; thread r
+// sums the vertices r, r + rows, ... With integer weights (HEAVY), a moving vertex of
+// more than HEAVY_DEGREE neighbours is scanned by its whole warp, which adds into the
+// vertex's row with integer atomics (exact in any order).
 template <typename W>
+__device__ __forceinline__ void move_delta_entry(i64 e, i64 a, i64 b,
+                                                 const int* __restrict__ adjncy,
+                                                 const W* __restrict__ adjwgt,
+                                                 const int* __restrict__ part,
+                                                 const i64* __restrict__ prefix,
+                                                 const int* __restrict__ target, i64& lev_old,
+                                                 i64& lev_new, W& wf) {
+    const i64 v = adjncy[e];
+    const i64 old_v = part[v];
+    i64 new_v = old_v;
+    W f = 2;
+    if (target[v] >= 0) {
+        new_v = target[v];
+        f = 1;
+    }
+    wf = adjwgt[e] * f;  // exact: f is 1 or 2
+    lev_old = pair_level(a, old_v, prefix);
+    lev_new = pair_level(b, new_v, prefix);
+}
+
+#define DELTA_LEVELS 8  // levels a lane sums privately in the warp's scan of a heavy row
+
+template <typename W, bool HEAVY>
 __device__ void move_delta_rows(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
                                 const W* __restrict__ adjwgt, const int* __restrict__ part,
                                 const i64* __restrict__ prefix, const int* __restrict__ target,
                                 i64 n, i64 rows, W* __restrict__ out) {
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
-        for (i64 u = r; u < n; u += rows) {
-            const i64 b = target[u];
-            if (b < 0) continue;
+    WARP_GRID_STRIDE(r, rows) {
+        for (i64 u = r;; u += rows) {
+            const bool valid = r < rows && u < n;
+            if (!__any_sync(WARP_ALL, valid)) break;
+            const i64 b = valid ? target[u] : -1;
+            const bool heavy = HEAVY && b >= 0 && xadj[u + 1] - xadj[u] > HEAVY_DEGREE;
+            warp_heavy_rows(heavy, u, [&](i64 x) {
+                const i64 bx = target[x], ax = part[x], rx = x % rows;
+                i64 acc[DELTA_LEVELS] = {0, 0, 0, 0, 0, 0, 0, 0};
+                for (i64 e = xadj[x] + (threadIdx.x & 31); e < xadj[x + 1]; e += 32) {
+                    i64 lo_, ln_;
+                    W wf;
+                    move_delta_entry<W>(e, ax, bx, adjncy, adjwgt, part, prefix, target, lo_,
+                                        ln_, wf);
+                    if (lo_ == ln_) continue;
+                    const i64 wi = (i64)wf;
+                    if (lo_ < DELTA_LEVELS) acc[lo_] -= wi;
+                    else atomicAdd((u64*)&out[lo_ * rows + rx], (u64)(-wi));
+                    if (ln_ < DELTA_LEVELS) acc[ln_] += wi;
+                    else atomicAdd((u64*)&out[ln_ * rows + rx], (u64)wi);
+                }
+                for (int l = 0; l < DELTA_LEVELS; ++l)
+                    if (acc[l] != 0) atomicAdd((u64*)&out[l * rows + rx], (u64)acc[l]);
+                __syncwarp();  // before the row's own thread adds to it again
+            });
+            if (b < 0 || heavy) continue;
             const i64 a = part[u];
             for (i64 e = xadj[u]; e < xadj[u + 1]; ++e) {
-                const i64 v = adjncy[e];
-                const i64 old_v = part[v];
-                i64 new_v = old_v;
-                W f = 2;
-                if (target[v] >= 0) {
-                    new_v = target[v];
-                    f = 1;
-                }
-                const W wf = adjwgt[e] * f;  // exact: f is 1 or 2
-                const i64 lev_old = pair_level(a, old_v, prefix);
-                const i64 lev_new = pair_level(b, new_v, prefix);
+                i64 lev_old, lev_new;
+                W wf;
+                move_delta_entry<W>(e, a, b, adjncy, adjwgt, part, prefix, target, lev_old,
+                                    lev_new, wf);
                 if (lev_old != lev_new) {
                     out[lev_old * rows + r] -= wf;
                     out[lev_new * rows + r] += wf;
@@ -234,13 +274,13 @@ __device__ void move_delta_rows(const i64* __restrict__ xadj, const int* __restr
 extern "C" __global__ void move_delta_i64(const i64* xadj, const int* adjncy, const i64* adjwgt,
                                           const int* part, const i64* prefix, const int* target,
                                           i64 n, i64 rows, i64* out) {
-    move_delta_rows<i64>(xadj, adjncy, adjwgt, part, prefix, target, n, rows, out);
+    move_delta_rows<i64, true>(xadj, adjncy, adjwgt, part, prefix, target, n, rows, out);
 }
 
 extern "C" __global__ void move_delta_f64(const i64* xadj, const int* adjncy, const double* adjwgt,
                                           const int* part, const i64* prefix, const int* target,
                                           i64 n, i64 rows, double* out) {
-    move_delta_rows<double>(xadj, adjncy, adjwgt, part, prefix, target, n, rows, out);
+    move_delta_rows<double, false>(xadj, adjncy, adjwgt, part, prefix, target, n, rows, out);
 }
 
 // Twin of jet_cpu._commit: move every u with target[u] >= 0, update the block

@@ -318,11 +318,17 @@ class SplitSchedule:
     ``ultra_depth``
         Splits shallower than this depth refine with Jet's ultra filter schedule
         (:attr:`RefinementContext.ultra_filters`); 0: none.
+    ``coarsen``
+        Whether a split at this depth tries to coarsen its graph. ``False`` where the
+        graph is known not to coarsen: ``im`` maps a graph whose coarsening it already saw
+        fail with an hm whose top split starts from a random partition at once
+        (:meth:`Context.initial_context`), instead of coarsening it again, for nothing.
     """
 
     tries: tuple[int, ...] = (1,)
     vcycles: tuple[int, ...] = (1, 0)
     ultra_depth: int = 0
+    coarsen: tuple[bool, ...] = (True,)
 
     def tries_at(self, depth: int) -> int:
         return _per_depth(self.tries, depth)
@@ -332,6 +338,9 @@ class SplitSchedule:
 
     def ultra_at(self, depth: int) -> bool:
         return depth < self.ultra_depth
+
+    def coarsen_at(self, depth: int) -> bool:
+        return _per_depth(self.coarsen, depth)
 
 
 @dataclass(frozen=True)
@@ -568,10 +577,14 @@ class Context:
     def initial_context(self, coarsened: bool = True) -> Context:
         """``im``'s initial multisection, with this context's device settings;
         ``coarsened=False``: the one for a coarsest graph that is the input itself
-        (:attr:`InitialMappingContext.uncoarsened`)."""
+        (:attr:`InitialMappingContext.uncoarsened`), whose top split does not try to
+        coarsen that graph again (:attr:`SplitSchedule.coarsen`)."""
         init = self.initial
-        chosen = init.multisection if coarsened or init.uncoarsened is None else init.uncoarsened
-        return replace(chosen, device=self.device)
+        if coarsened:
+            return replace(init.multisection, device=self.device)
+        chosen = init.multisection if init.uncoarsened is None else init.uncoarsened
+        schedule = replace(chosen.schedule, coarsen=(False, *chosen.schedule.coarsen))
+        return replace(chosen, device=self.device, schedule=schedule)
 
 
 # ------------------------------------------------------------------ presets

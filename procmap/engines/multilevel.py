@@ -179,14 +179,17 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     def attempt(i):
         """One try: a multilevel cycle with its own seed, then the V-cycles."""
         s = seed + 7919 * i
-        part, value = _vcycle(problem, ctx, plan, s)
-        for cycle in range(vcycles):
+        part, value, coarsened = _vcycle(problem, ctx, plan, s,
+                                         try_coarsening=ctx.schedule.coarsen_at(depth))
+        # a graph that did not coarsen at all (power-law graphs) would not coarsen inside
+        # its blocks either: its V-cycles would only coarsen it again, for nothing
+        for cycle in range(vcycles if coarsened else 0):
             # re-coarsen inside the blocks and refine again: coarse moves shift whole
             # clusters across block borders, which single-vertex moves cannot
             cycled = _vcycle(problem, ctx, plan, s + cycle + 1, part)
             if cycled is None:
                 break  # nothing coarsens: a V-cycle would refine the same graph again
-            again, v2 = cycled
+            again, v2, _ = cycled
             if v2 < value and int(be.block_weights(again, vwgt, k).max()) <= lmax:
                 part, value = again, v2
         return part, value
@@ -253,18 +256,25 @@ def _each_try(attempt, tries: int, gpu: bool, workers: int):
         return list(pool.map(run, range(tries)))
 
 
-def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=None):
-    """One coarsen / initial partition / refine cycle; returns ``(part, objective)``.
+def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=None, *,
+            try_coarsening: bool = True):
+    """One coarsen / initial partition / refine cycle; returns ``(part, objective,
+    coarsened)``, ``coarsened`` False where the graph is above the coarsening target but
+    not one coarse level came out (power-law graphs, :attr:`CoarseningContext.max_edge_keep`).
 
     With ``start`` (a partition) the cycle is a V-cycle that keeps blocks intact
     while coarsening and starts refining from ``start`` on the coarsest level; it
-    returns ``None`` when the graph is above the coarsening target but not one coarse
-    level comes out (power-law graphs, :attr:`CoarseningContext.max_edge_keep`). Below
-    the target, a V-cycle refines the graph again from ``start`` with another seed.
+    returns ``None`` when it does not coarsen. Below the target, a V-cycle refines the
+    graph again from ``start`` with another seed. ``try_coarsening=False``: the graph is
+    known not to coarsen (:attr:`SplitSchedule.coarsen`), the cycle starts at once as if
+    it had not.
     """
     p = problem
     target = ctx.coarsening.target(p.k)
-    levels = coarsen(*p.graph, target, p.lmax, seed, start, ctx.coarsening, ctx.device)
+    if try_coarsening:
+        levels = coarsen(*p.graph, target, p.lmax, seed, start, ctx.coarsening, ctx.device)
+    else:
+        levels = [Level(*p.graph, part=start)]
     uncoarsened = len(levels) == 1 and levels[0].n > target
     if start is not None and uncoarsened:
         return None
@@ -278,4 +288,4 @@ def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=No
         host = [to_host(a) for a in (coarsest.xadj, coarsest.adjncy, coarsest.adjwgt,
                                      coarsest.vwgt)]
         part = be.asarray(metis_partition(*host, p.k, p.eps, seed, p.targets))
-    return uncoarsen(levels, part, p, ctx, plan, seed)
+    return (*uncoarsen(levels, part, p, ctx, plan, seed), not uncoarsened)
