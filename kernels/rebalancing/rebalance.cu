@@ -67,7 +67,9 @@ __device__ __forceinline__ void propose_move(
 // Connectivities are summed in neighbour order into a table of (block, sum) pairs with
 // room for deg(u) entries (at most deg(u) distinct blocks): in the thread's local memory
 // when deg(u) <= LOCAL_TABLE, else at spill[u] in skey/sval (gpu_common.TableScratch).
-// So the float sums are the CPU's, bit for bit, with no cap on the degree.
+// So the float sums are the CPU's, bit for bit, with no cap on the degree. Rows of
+// integer weights above HEAVY_DEGREE are summed by the whole warp (conn_table.cuh), with
+// the same sums.
 extern "C" __global__ void rebalance_propose(
     const i64* __restrict__ xadj, const int* __restrict__ adjncy,
     const void* __restrict__ w, i64 w_int, const i64* __restrict__ vwgt,

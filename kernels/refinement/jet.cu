@@ -56,6 +56,7 @@ __device__ __forceinline__ void propose_write(i64 u, i64 best_b, double best_g, 
 // vertex. div[t] = P_t (P_0 = 1), delta[t] = d_{t+1} - d_t; nlev = 1 in cut mode. The
 // filter ratio is read from device memory, so one captured graph serves every ratio of
 // Jet's ultra schedule. Writes dest[u] (-1: no candidate) and gain[u] of listed u.
+// Rows of integer weights above HEAVY_DEGREE go to the whole warp (conn_table.cuh).
 extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
                                       const void* __restrict__ w, i64 w_int,
                                       const int* __restrict__ part,
@@ -120,11 +121,6 @@ extern "C" __global__ void lp_propose(const i64* __restrict__ xadj, const int* _
 }
 
 // ------------------------------------------------------------------ LP: afterburner
-// Twin of jet_cpu._lp_afterburn: candidate u re-evaluates its gain assuming every
-// candidate neighbour of higher priority (larger gain; equal gain and smaller id)
-// already moved; it moves when that gain is >= 0. Candidates are listed vertices with
-// dest[u] >= 0; a moving one gets move[u] = 1 and target[u] = dest[u] (lp_boundary
-// reset both for every vertex).
 // What CSR entry e of candidate u (moving from a to b, first-filter gain gu) adds to its
 // afterburner gain: neighbour v counts in the block it moves to when it is a candidate
 // of higher priority (larger gain; equal gain and smaller id), else in its own.
@@ -145,6 +141,12 @@ __device__ __forceinline__ double afterburn_term(i64 e, i64 u, i64 a, i64 b, dou
     return __dmul_rn(we, __dsub_rn(distance(a, cv, prefix, dist), distance(b, cv, prefix, dist)));
 }
 
+// Twin of jet_cpu._lp_afterburn: candidate u re-evaluates its gain assuming every
+// candidate neighbour of higher priority (larger gain; equal gain and smaller id)
+// already moved; it moves when that gain is >= 0. Candidates are listed vertices with
+// dest[u] >= 0; a moving one gets move[u] = 1 and target[u] = dest[u] (lp_boundary
+// reset both for every vertex). Rows of integer weights above HEAVY_DEGREE go to the
+// whole warp (conn_table.cuh).
 extern "C" __global__ void lp_afterburn(const i64* __restrict__ xadj, const int* __restrict__ adjncy,
                                         const void* __restrict__ w, i64 w_int,
                                         const int* __restrict__ part,
