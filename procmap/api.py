@@ -62,8 +62,9 @@ def map_tasks(graph: CommGraph, topology, *, engine: str = "auto", eps: float = 
         ``"auto"`` (the GPU for graphs with at least
         ``context.device.auto_gpu_min_edges`` directed edges when one is usable). On
         the GPU, subgraphs below ``context.device.gpu_min_vertices`` vertices (and
-        ``gpu_min_edges`` directed edges) and rank placement run on the CPU. Out of GPU memory, ``"auto"`` warns and reruns on the
-        CPU; ``"gpu"`` raises :class:`~procmap.errors.DeviceError`.
+        ``gpu_min_edges`` directed edges) and rank placement run on the CPU. Out of GPU
+        memory, ``"auto"`` warns and reruns on the CPU; ``"gpu"`` raises
+        :class:`~procmap.errors.DeviceError`.
     coarsening : ``"hem"`` (heavy-edge and two-hop matching, the presets' scheme) or
         ``"unionfind"`` (G-kway's union-find clustering); ``None`` keeps the context's.
     refinement : ``"jet"`` (Jet label propagation, the presets' scheme) or ``"isr"``

@@ -32,7 +32,7 @@ MAX_CANDIDATES = 32
 
 def least_loaded(load, size: int, xp=np):
     """The least-loaded PE of every group of ``size`` consecutive PEs, given the PE
-    weights ``load`` (int64, one per group; ties: the lower PE id). ``xp``: the array
+    weights ``load`` (int64, one per PE; ties: the lower PE id). ``xp``: the array
     module of ``load``, NumPy or CuPy."""
     k = load.size
     return (xp.argmin(load.reshape(k // size, size), axis=1)
