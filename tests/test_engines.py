@@ -533,3 +533,16 @@ def test_group_refinement_skips_levels_with_flat_distances():
     runs = [refine_level(level, start.copy(), problem, preset("im"), LevelPlan(), depth=0,
                          seed=1, groups=groups)[0] for groups in (False, True)]
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def test_thread_shares_follow_the_size_of_the_subgraphs():
+    """hm.thread_shares: the free threads go to the subgraphs that start splitting in
+    proportion to their vertices plus edges, at least one each."""
+    from procmap.engines.hm import thread_shares
+
+    assert thread_shares([], 16) == []
+    assert thread_shares([14_000_000, 400_000, 400_000, 400_000, 400_000, 400_000], 16) \
+        == [14, 1, 1, 1, 1, 1]
+    assert thread_shares([100, 100, 100, 100], 16) == [4, 4, 4, 4]
+    assert thread_shares([5, 5], 0) == [1, 1]  # every running split holds threads
+    assert thread_shares([0, 0], 8) == [4, 4]

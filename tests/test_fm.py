@@ -178,3 +178,24 @@ def test_global_fm_work_cap_bounds_a_pass_on_hubs():
         assert np.bincount(p, minlength=h.k).max() <= lmax
     assert 0 < gains[0.2] < gains[None]  # the cap stopped the pass early
     assert gains[0.2] <= gains[2.0] <= gains[None]
+
+
+def test_global_fm_work_cap_is_shared_by_the_passes_of_a_level():
+    """FMContext.max_work caps all passes together: a pass that runs into the cap is the
+    last, so on a graph where one pass reaches it, four passes do exactly what one does
+    (without the cap, the later passes gain more)."""
+    g = _hub_graph(3000, 8, 2)
+    h = Hierarchy((4, 4), (1.0, 10.0))
+    part = (np.random.default_rng(3).permutation(g.n) % h.k).astype(np.int32)
+    lmax = int(np.ceil(1.05 * g.n / h.k))
+    args = (g.xadj, g.adjncy, g.adjwgt, g.vwgt)
+    rest = (h.k, lmax, h.prefix_sizes, np.asarray(h.distances))
+    results = {}
+    for cap in (0.2, None):
+        for passes in (1, 4):
+            p = part.copy()
+            gain = fm_cpu.fm_refine(*args, p, *rest, max_passes=passes, max_work=cap)
+            results[cap, passes] = (gain, p)
+    assert results[0.2, 4][0] == results[0.2, 1][0]
+    assert np.array_equal(results[0.2, 4][1], results[0.2, 1][1])
+    assert results[None, 4][0] > results[None, 1][0]  # uncapped, later passes gain more

@@ -188,7 +188,8 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
 
 @nb.njit(cache=True, nogil=True)
 def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, delta, max_stall, budget):
-    """One global pass: a single search whose queue starts with every boundary vertex."""
+    """One global pass: a single search whose queue starts with every boundary vertex.
+    Returns ``(gain, edges its move evaluations scanned)``."""
     n = part.size
     bw = np.zeros(k, dtype=np.int64)
     for u in range(n):
@@ -204,10 +205,10 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, delta, max_stall, b
                 size = queue_push(heap, size, g, u)
     mark = np.zeros(n, dtype=np.int64)
     done = np.zeros(n, dtype=np.uint8)
-    gain, _, _ = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size,
-                         np.int64(1), mark, done, max_stall, budget, np.empty(n, dtype=np.int64),
-                         np.empty(n, dtype=np.int64), scratch)
-    return gain
+    gain, _, work = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size,
+                            np.int64(1), mark, done, max_stall, budget,
+                            np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), scratch)
+    return gain, work
 
 
 def _kernel_inputs(adjwgt, prefix, dist):
@@ -229,12 +230,13 @@ def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist,
 
     ``max_stall`` moves without a new best end a pass (default ``max(50, n/100)``);
     a pass that gains no more than ``min_gain`` ends the refinement. ``max_work`` caps
-    the edges a pass's gain evaluations scan, in multiples of the directed edges
-    (``None``: no cap): every move re-evaluates the mover's neighbours, so a pass
-    costs about the sum of ``deg(u) * deg(v)`` over the edges it touches, which hubs
-    of power-law graphs make quadratic. A move's gain is computed over u's own CSR
-    row, i.e. one direction of each edge; J counts both directions, so J decreases by
-    exactly twice the returned value.
+    the edges the passes' gain evaluations scan together, in multiples of the directed
+    edges (``None``: no cap); the pass that reaches it stops there and is the last:
+    every move re-evaluates the mover's neighbours, so a pass costs about the sum of
+    ``deg(u) * deg(v)`` over the edges it touches, which hubs of power-law graphs make
+    quadratic. A move's gain is computed over u's own CSR row, i.e. one direction of
+    each edge; J counts both directions, so J decreases by exactly twice the returned
+    value.
     """
     n = part.size
     if max_stall is None:
@@ -243,10 +245,11 @@ def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist,
     budget = _edge_budget(max_work, xadj)
     total = 0.0
     for _ in range(max_passes):
-        g = _fm_pass(xadj, adjncy, w, vwgt, part, int(k), int(lmax), grp, delta, int(max_stall),
-                     budget)
+        g, work = _fm_pass(xadj, adjncy, w, vwgt, part, int(k), int(lmax), grp, delta,
+                           int(max_stall), budget)
         total += g
-        if g <= max(min_gain, 1e-9):
+        budget -= work
+        if g <= max(min_gain, 1e-9) or budget <= 0:
             break
     return total
 

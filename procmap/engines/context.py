@@ -249,10 +249,13 @@ class FMContext:
         Passes stop once one improves the objective by no more than this fraction of
         it (0: only a pass that gains nothing stops them).
     ``max_work``
-        A pass scans at most this many times the level's directed edges: each move
-        re-evaluates the mover's neighbours, which costs the product of their degrees,
-        so on power-law graphs the hubs would make passes quadratic. On meshes,
-        Delaunay and rgg graphs passes stop well before the cap.
+        The passes of a level together scan at most this many times its directed
+        edges; the pass that reaches the cap is the last. Each move re-evaluates the
+        mover's neighbours, which costs the product of their degrees, so on power-law
+        graphs the hubs would make passes quadratic, and every pass there runs into
+        the cap while gaining a fraction of a percent: a cap per level, not per pass,
+        keeps FM's share of a level's time bounded. On meshes, Delaunay and rgg graphs
+        all passes together stop well before the cap.
     ``fm_only_min_n``
         On a host level of at least this many vertices that arrives balanced, FM
         refines alone and Jet is skipped: on large levels Jet spends its time
@@ -625,7 +628,8 @@ _IM = Context(
     pipeline="im",
     coarsening=CoarseningContext(factor=128, min_vertices=0),
     refinement=RefinementContext(patience=3, filters_coarse=(0.25,), group_levels=2),
-    fm=FMContext(passes=10, stall_divisor=50, min_gain=0.001, fm_only_min_n=None),
+    fm=FMContext(passes=10, stall_divisor=50, min_gain=0.001, max_work=10.0,
+                 fm_only_min_n=None),
     local_fm=LocalFMContext(depth=0),
     initial=InitialMappingContext(multisection=_IM_INITIAL, uncoarsened=_HM),
     placement=PlacementContext(multistart_n=512, extra=_HM_ULTRA,

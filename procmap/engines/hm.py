@@ -145,9 +145,10 @@ def _split_tasks(root, split_item, finished, device: DeviceContext) -> None:
     each with a share of the Numba threads: small graphs use many threads poorly
     (short parallel loops, Jet's mostly sequential loop), so splitting several
     subgraphs at once at few threads each beats one after another at all threads. The
-    kernels release the GIL (``nogil``). Device subgraphs (at most
-    ``device.device_splits`` at a time) get a CUDA stream each, so their kernels run
-    concurrently with each other's and with the host work.
+    kernels release the GIL (``nogil``). The threads not held by running splits go to
+    the splits that start, in proportion to their size (:func:`thread_shares`). Device
+    subgraphs (at most ``device.device_splits`` at a time) get a CUDA stream each, so
+    their kernels run concurrently with each other's and with the host work.
 
     Serial (depth first, calling thread) when the threading layer cannot run parallel
     loops from several threads at once (workqueue), or when Numba has one thread and
@@ -181,7 +182,7 @@ def _split_tasks(root, split_item, finished, device: DeviceContext) -> None:
         serially(children)
         return
 
-    pending, running = children, {}
+    pending, running, held = children, {}, {}
     with ThreadPoolExecutor(max_workers=threads + device.device_splits,
                             thread_name_prefix="procmap-split") as pool:
         while pending or running:
@@ -189,7 +190,7 @@ def _split_tasks(root, split_item, finished, device: DeviceContext) -> None:
                      for it in pending]
             serially([it for it, s in zip(pending, small) if s], threads=1)
             pending = [it for it, s in zip(pending, small) if not s]
-            waiting = []
+            submit, waiting = [], []
             on_device = sum(_on_device(it, device) for it in running.values())
             for item in pending:
                 gpu = _on_device(item, device)
@@ -197,11 +198,39 @@ def _split_tasks(root, split_item, finished, device: DeviceContext) -> None:
                     waiting.append(item)
                     continue
                 on_device += gpu
-                share = max(1, threads // (len(pending) + len(running)))
-                running[pool.submit(backend.in_worker(split_item, share, gpu), item)] = item
+                submit.append((item, gpu))
+            free = threads - sum(held.values())
+            shares = thread_shares([_work(item) for item, _ in submit], free)
+            for (item, gpu), share in zip(submit, shares):
+                fut = pool.submit(backend.in_worker(split_item, share, gpu), item)
+                running[fut], held[fut] = item, share
             pending = waiting
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for fut in sorted(done, key=lambda f: running[f][3]):  # by first PE: fixed order
                 item = running.pop(fut)
+                del held[fut]
                 pending.extend(fut.result())
                 finished(item)
+
+
+def _work(item) -> int:
+    """A work item's size for :func:`thread_shares`: its vertices plus directed edges."""
+    return int(item[1].size) + int(item[0][1].size)
+
+
+def thread_shares(works: list[int], threads: int) -> list[int]:
+    """Numba threads for subgraphs that start splitting together: ``threads`` shared in
+    proportion to each one's ``works`` (vertices plus directed edges), at least 1 each.
+
+    A split's time grows with its edges, and the subgraphs of one split can differ by
+    orders of magnitude: on power-law graphs one block takes the dense core (R-MAT
+    2^20: 14M of 16M directed edges), and an equal share would leave it 2 of 16 threads
+    while the others finish at once. The shares may add up to a few more than
+    ``threads`` (every subgraph gets one). The partition does not depend on them.
+    """
+    total = sum(works)
+    if not works:
+        return []
+    if total <= 0:
+        return [max(1, threads // len(works))] * len(works)
+    return [max(1, threads * w // total) for w in works]
