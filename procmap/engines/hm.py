@@ -200,7 +200,8 @@ def _split_tasks(root, split_item, finished, device: DeviceContext) -> None:
                 on_device += gpu
                 submit.append((item, gpu))
             free = threads - sum(held.values())
-            shares = thread_shares([_work(item) for item, _ in submit], free)
+            # a device split's work is on the GPU: its host thread mostly waits for it
+            shares = thread_shares([0 if gpu else _work(item) for item, gpu in submit], free)
             for (item, gpu), share in zip(submit, shares):
                 fut = pool.submit(backend.in_worker(split_item, share, gpu), item)
                 running[fut], held[fut] = item, share
@@ -226,7 +227,8 @@ def thread_shares(works: list[int], threads: int) -> list[int]:
     orders of magnitude: on power-law graphs one block takes the dense core (R-MAT
     2^20: 14M of 16M directed edges), and an equal share would leave it 2 of 16 threads
     while the others finish at once. The shares may add up to a few more than
-    ``threads`` (every subgraph gets one). The partition does not depend on them.
+    ``threads`` (every subgraph gets one; a work of 0, a split on the GPU, gets just
+    that one unless all are 0). The partition does not depend on them.
     """
     total = sum(works)
     if not works:
