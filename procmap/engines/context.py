@@ -628,7 +628,7 @@ _IM = Context(
     pipeline="im",
     coarsening=CoarseningContext(factor=128, min_vertices=0),
     refinement=RefinementContext(patience=3, filters_coarse=(0.25,), group_levels=2),
-    fm=FMContext(passes=10, stall_divisor=50, min_gain=0.001, max_work=10.0,
+    fm=FMContext(passes=10, stall_divisor=50, min_gain=0.001, max_work=6.0,
                  fm_only_min_n=None),
     local_fm=LocalFMContext(depth=0),
     initial=InitialMappingContext(multisection=_IM_INITIAL, uncoarsened=_HM),
