@@ -22,7 +22,7 @@ Every run happens in a child process (multiprocessing, spawn) that is killed aft
 ``--timeout`` seconds, so a pathological case is reported as ``> T s`` (and FAILs)
 instead of hanging the benchmark; the child then is replaced. The child loads the graph
 from the instance cache ($PROCMAP_BENCH_CACHE; the reference graphs are cached there as
-``delref_<n>.npz``) and warms Numba up on a small grid before the timed call, so neither
+``delref_<n>.npz``) and warms Numba up on a 200 x 150 grid before the timed call, so neither
 counts. Threads: ``numba.set_num_threads(--threads)`` in the child.
 
     python benchmarks/bench_families.py [--instances rmat17,road17] [--large]
@@ -65,9 +65,12 @@ def _child(conn, threads: int, levels: str, dists: str) -> None:
         from procmap.topology import Hierarchy
 
         topo = Hierarchy.parse(levels, dists)
-        small = grid_graph((48, 48))
-        for e in ENGINES:  # Numba compile / cache load of every engine
-            procmap.map_tasks(small, topo, engine=e, device="cpu", seed=0)
+        # Numba compile / cache load of every engine, on a grid large enough for the
+        # paths of large inputs (splits in worker threads, FM-only levels): after a warm-up
+        # on a 48 x 48 grid, the first timed run on 16 cores took seconds more than later ones
+        warm = grid_graph((200, 150))
+        for e in ENGINES:
+            procmap.map_tasks(warm, topo, engine=e, device="cpu", seed=0)
         conn.send(("ready", None))
     except Exception:  # noqa: BLE001
         conn.send(("error", traceback.format_exc()))
