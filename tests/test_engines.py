@@ -333,8 +333,9 @@ def test_engines_on_a_graph_that_does_not_coarsen(engine):
 
 def test_a_split_that_does_not_coarsen_starts_at_random_without_v_cycles(monkeypatch):
     """hm-ultra's top split of a graph that keeps its edges under matching: no METIS call
-    on it (a random start), and no V-cycle, which would coarsen it again for nothing and
-    refine the same graph again. Observed through the phases' interfaces:
+    on it (a random start), no V-cycle, which would coarsen it again for nothing and
+    refine the same graph again, and no ultra schedule (17 Jet passes over the whole
+    graph, for nothing on such graphs). Observed through the phases' interfaces:
     coarsening, the initial partitioner and the uncoarsening loop."""
     from procmap.engines import multilevel
     from procmap.engines.context import preset
@@ -355,10 +356,10 @@ def test_a_split_that_does_not_coarsen_starts_at_random_without_v_cycles(monkeyp
             coarsened.append((part is not None, len(levels) - 1))
         return levels
 
-    def uncoarsen(levels, *args, **kwargs):
+    def uncoarsen(levels, part, problem, ctx, plan, seed):
         if levels[0].n == g.n:
-            refined.append(len(levels))
-        return real_uncoarsen(levels, *args, **kwargs)
+            refined.append((len(levels), plan.ultra))
+        return real_uncoarsen(levels, part, problem, ctx, plan, seed)
 
     monkeypatch.setattr(multilevel, "metis_partition", metis)
     monkeypatch.setattr(multilevel, "coarsen", coarsen)
@@ -370,11 +371,12 @@ def test_a_split_that_does_not_coarsen_starts_at_random_without_v_cycles(monkeyp
     assert np.bincount(part, minlength=k).max() <= math.ceil(1.03 * g.n / k)
     assert g.n not in metis_sizes
     tries, vcycles = ctx.schedule.tries_at(0), ctx.schedule.vcycles_at(0)
-    assert vcycles > 1
+    assert vcycles > 1 and ctx.schedule.ultra_at(0)
     # per try (tries may run concurrently): the cycle itself, and no V-cycle (the graph
-    # would not coarsen inside its blocks either); only the cycle refines the graph
+    # would not coarsen inside its blocks either); only the cycle refines the graph,
+    # without the ultra schedule
     assert sorted(coarsened) == [(False, 0)] * tries
-    assert refined == [1] * tries
+    assert refined == [(1, False)] * tries
 
 
 def test_small_subgraphs_split_in_the_calling_thread_with_the_same_result(monkeypatch):

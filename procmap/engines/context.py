@@ -137,7 +137,9 @@ class RefinementContext:
         is below the ratio times its connection to its own block (cut objective).
     ``ultra_filters``
         The filter ratios of Jet's ultra schedule (17 passes, 0.85 .. 0.05), used on
-        every level of the splits shallower than :attr:`SplitSchedule.ultra_depth`.
+        every level of the splits shallower than :attr:`SplitSchedule.ultra_depth`,
+        except in a cycle whose graph did not coarsen (power-law graphs: there the
+        passes cost several times the rest of the split and gain nothing).
         Splits on ultra levels never skip Jet for FM (the schedule is the point).
     ``single_pass_filter``
         Filter ratio of the single-pass refinements outside the multilevel cycle's

@@ -33,7 +33,7 @@ and the polish, ``polish_patience``).
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba as nb
 import numpy as np
@@ -267,7 +267,8 @@ def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=No
     returns ``None`` when it does not coarsen. Below the target, a V-cycle refines the
     graph again from ``start`` with another seed. ``try_coarsening=False``: the graph is
     known not to coarsen (:attr:`SplitSchedule.coarsen`), the cycle starts at once as if
-    it had not.
+    it had not. A cycle that did not coarsen refines without the ultra schedule
+    (``plan.ultra`` is ignored).
     """
     p = problem
     target = ctx.coarsening.target(p.k)
@@ -278,6 +279,10 @@ def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=No
     uncoarsened = len(levels) == 1 and levels[0].n > target
     if start is not None and uncoarsened:
         return None
+    if uncoarsened:
+        # Jet's ultra schedule pays where coarser levels set up the moves of finer ones;
+        # on a graph that did not coarsen (power-law) it is 17 passes over the whole input
+        plan = replace(plan, ultra=False)
     coarsest = levels[-1]
     be = backend.of(coarsest.xadj)
     if start is not None:
