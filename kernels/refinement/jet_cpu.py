@@ -746,9 +746,11 @@ def _lp_round(g, part, k, filter_ratio, incremental, par, st):
     n = part.size
     cut_mode = g.prefix.size == 1
     nd = st.sizes[_NDIRTY]
-    if incremental:
-        # in id order: rows are then read in memory order (in push order, proposing a
-        # large dirty list cost 3x as much); a proposal does not depend on the order
+    if incremental and nd * 32 >= n:
+        # a large list in id order (one pass over flags): rows are then read in memory
+        # order, where in push order proposing them cost 3x as much. A proposal does not
+        # depend on the order. Small lists stay as they are: comparison sorts cost more
+        # than their scattered reads.
         _sort_ascending(st.dirty_list, nd, st.mark)
     active = st.everyone if not incremental else st.dirty_list[:nd]
     _propose_any(g.xadj, g.adjncy, g.fwgt, part, k, g.grp, g.delta, cut_mode, filter_ratio,
@@ -762,7 +764,8 @@ def _lp_round(g, part, k, filter_ratio, incremental, par, st):
     else:
         # np.int64(0), not 0: a literal argument would compile the callee once more
         nn = _push_around(g.xadj, g.adjncy, active, st.in_near, st.near, np.int64(0))
-        _sort_ascending(st.near, nn, st.mark)  # memory order, as above
+        if nn * 32 >= n:
+            _sort_ascending(st.near, nn, st.mark)  # memory order, as above
         near = st.near[:nn]
         for u in near:
             st.in_near[u] = 0
