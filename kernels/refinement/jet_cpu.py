@@ -59,7 +59,9 @@ costs time in proportion to the vertices it touches, not to ``n``: proposals are
 kept between rounds and only the stale ones recomputed, the afterburner visits
 only the recomputed vertices and their neighbours (no other verdict can have
 changed), and the best partition is updated from the list of vertices moved
-since the last snapshot. Rebalancing rounds still scan every vertex.
+since the last snapshot. Rebalancing rounds still scan every vertex. Lists of at
+least ``n / 32`` vertices are walked in id order (sorted by one pass over flags), so
+that their rows are read in memory order.
 """
 from __future__ import annotations
 
