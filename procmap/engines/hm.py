@@ -224,9 +224,9 @@ def thread_shares(works: list[int], threads: int) -> list[int]:
     proportion to each one's ``works`` (vertices plus directed edges), at least 1 each.
 
     A split's time grows with its edges, and the subgraphs of one split can differ by
-    orders of magnitude: on power-law graphs one block takes the dense core (R-MAT
-    2^20: 14M of 16M directed edges), and an equal share would leave it 2 of 16 threads
-    while the others finish at once. The shares may add up to a few more than
+    orders of magnitude: on power-law graphs one block takes the dense core, most of
+    the edges, and an equal share would leave it a few threads while the others finish
+    at once. The shares may add up to a few more than
     ``threads`` (every subgraph gets one; a work of 0, a split on the GPU, gets just
     that one unless all are 0). The partition does not depend on them.
     """
