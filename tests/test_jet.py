@@ -400,3 +400,34 @@ def test_start_patience_ends_a_refinement_that_finds_nothing(h):
         assert counts["iterations"] <= 3 < full["iterations"]
     else:  # it progressed: then the rule changes nothing
         assert (again_cost, counts) == (full_cost, full)
+
+
+def test_rounds_that_move_thousands_of_vertices_keep_every_stale_proposal():
+    """From a random start on a random graph, rounds move thousands of vertices with
+    long rows: the dirty list is then rebuilt from flags set in parallel
+    (``jet_cpu._settle``). The incremental loop must still re-propose every stale
+    vertex (the same partition, cost and counts as re-proposing all), with one thread
+    (the serial push) and with two."""
+    rng = np.random.default_rng(7)
+    n = 20_000
+    src, dst = rng.integers(0, n, 8 * n), rng.integers(0, n, 8 * n)
+    g = CommGraph.from_edges(src, dst, rng.integers(1, 5, src.size), n=n)
+    k = 8
+    start = random_balanced(n, k, 2)
+    lmax = lmax_of(g, k)
+    runs = {}
+    old = numba.get_num_threads()
+    try:
+        for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(threads)
+            for incremental in (True, False):
+                runs[threads, incremental] = jet.refine(
+                    g.xadj, g.adjncy, g.adjwgt, g.vwgt, start, k, lmax, [k], [1.0], (0.25,),
+                    max_iters=4, phi=0.999, max_weak=2, seed=1, incremental=incremental)
+    finally:
+        numba.set_num_threads(old)
+    part, value, counts = runs[1, True]
+    assert counts["step_moves"] > 4 * 2048  # rounds of more than one chunk of moves
+    for other, other_value, other_counts in runs.values():
+        np.testing.assert_array_equal(other, part)
+        assert other_value == value and other_counts == counts

@@ -654,6 +654,30 @@ def _push_around(xadj, adjncy, verts, flag, items, count):
     return count
 
 
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _flag_around(xadj, adjncy, verts, flag, nchunks):
+    """Set ``flag`` of every vertex of ``verts`` and of its neighbours, in parallel
+    chunks of ``verts`` (threads that meet one vertex all write the same 1)."""
+    n = verts.size
+    for c in nb.prange(nchunks):
+        for i in range(c * n // nchunks, (c + 1) * n // nchunks):
+            u = verts[i]
+            flag[u] = 1
+            for e in range(xadj[u], xadj[u + 1]):
+                flag[adjncy[e]] = 1
+
+
+@nb.njit(cache=True, nogil=True)
+def _flag_list(flag, items):
+    """``items`` := the flagged ids in increasing order; returns their number."""
+    count = 0
+    for u in range(flag.size):
+        if flag[u]:
+            items[count] = u
+            count += 1
+    return count
+
+
 @nb.njit(inline="always", cache=True)
 def _later(u, v, key):
     """Whether id ``u`` comes after id ``v`` in the order of :func:`_heapsort`."""
@@ -844,14 +868,27 @@ def _isr_round(g, part, k, lmax, bw, key, st):
 
 
 @nb.njit(cache=True, nogil=True)
-def _settle(xadj, adjncy, moves, st):
+def _settle(xadj, adjncy, moves, par, st):
     """After applying ``moves``: clear their targets, flag the moved vertices and
-    their neighbours dirty (stale proposals), remember the moved ones for the snapshot."""
+    their neighbours dirty (stale proposals), remember the moved ones for the snapshot.
+
+    Where the moves' rows hold at least ``n / 8`` entries (power-law graphs, whose hubs
+    move too), the flags are set in parallel and the dirty list is rebuilt from them
+    in id order: the same set, and the serial push would be the loop's longest serial
+    step. The order of the list does not matter to its users."""
     nc = st.sizes[_NCHANGED]
+    work = 0
     for u in moves:
         st.target[u] = -1
         nc = _push(u, st.in_changed, st.changed, nc)
+        work += xadj[u + 1] - xadj[u]
     st.sizes[_NCHANGED] = nc
+    n = st.dirty.size
+    nchunks = num_chunks(moves.size, 1)
+    if par and nchunks > 1 and work * 8 >= n:
+        _flag_around(xadj, adjncy, moves, st.dirty, nchunks)
+        st.sizes[_NDIRTY] = _flag_list(st.dirty, st.dirty_list)
+        return
     st.sizes[_NDIRTY] = _push_around(xadj, adjncy, moves, st.dirty, st.dirty_list,
                                      st.sizes[_NDIRTY])
 
@@ -950,7 +987,7 @@ def _make_loop(isr):
             moves = st.moves[:m]
             _apply_with_rows(g.xadj, g.adjncy, g.adjwgt, g.vwgt, cur, g.grp, k, moves, st.target,
                              bw, traffic, st.rows, par)
-            _settle(g.xadj, g.adjncy, moves, st)
+            _settle(g.xadj, g.adjncy, moves, par, st)
             cur_cost = _cost_nb(traffic, g.dist)
             maxw = largest(bw)
             keep, progress = _judge_nb(cur_cost, maxw, best_cost, best_maxw, lmax, phi)
