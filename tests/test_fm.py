@@ -159,13 +159,20 @@ def _hub_graph(n: int, hubs: int, seed: int) -> CommGraph:
     return CommGraph.from_edges(src, dst, rng.integers(1, 9, src.size), n=n)
 
 
-def test_global_fm_work_cap_bounds_a_pass_on_hubs():
+def _hub_fm_problem():
+    """A hub graph on a 4:4 machine from a random start, as ``fm_refine`` takes it:
+    ``(graph, hierarchy, start, lmax, graph arrays, (k, lmax, prefix, dist))``."""
     g = _hub_graph(3000, 8, 2)
     h = Hierarchy((4, 4), (1.0, 10.0))
     part = (np.random.default_rng(3).permutation(g.n) % h.k).astype(np.int32)
     lmax = int(np.ceil(1.05 * g.n / h.k))
     args = (g.xadj, g.adjncy, g.adjwgt, g.vwgt)
     rest = (h.k, lmax, h.prefix_sizes, np.asarray(h.distances))
+    return g, h, part, lmax, args, rest
+
+
+def test_global_fm_work_cap_bounds_a_pass_on_hubs():
+    g, h, part, lmax, args, rest = _hub_fm_problem()
     none = part.copy()
     assert fm_cpu.fm_refine(*args, none, *rest, max_work=0) == 0.0
     assert np.array_equal(none, part)  # no budget: no move
@@ -184,12 +191,7 @@ def test_global_fm_work_cap_is_shared_by_the_passes_of_a_level():
     """FMContext.max_work caps all passes together: a pass that runs into the cap is the
     last, so on a graph where one pass reaches it, four passes do exactly what one does
     (without the cap, the later passes gain more)."""
-    g = _hub_graph(3000, 8, 2)
-    h = Hierarchy((4, 4), (1.0, 10.0))
-    part = (np.random.default_rng(3).permutation(g.n) % h.k).astype(np.int32)
-    lmax = int(np.ceil(1.05 * g.n / h.k))
-    args = (g.xadj, g.adjncy, g.adjwgt, g.vwgt)
-    rest = (h.k, lmax, h.prefix_sizes, np.asarray(h.distances))
+    g, h, part, lmax, args, rest = _hub_fm_problem()
     results = {}
     for cap in (0.2, None):
         for passes in (1, 4):

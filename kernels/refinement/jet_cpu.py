@@ -774,7 +774,7 @@ def _lp_round(g, part, k, filter_ratio, incremental, par, st):
     nd = st.sizes[_NDIRTY]
     if incremental and nd * 32 >= n:
         # a large list in id order (one pass over flags): rows are then read in memory
-        # order, where in push order proposing them cost 3x as much. A proposal does not
+        # order, not each from a random place as in push order. A proposal does not
         # depend on the order. Small lists stay as they are: comparison sorts cost more
         # than their scattered reads.
         _sort_ascending(st.dirty_list, nd, st.mark)
