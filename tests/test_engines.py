@@ -293,6 +293,36 @@ def test_coarsening_stops_at_a_level_that_keeps_almost_every_edge():
     assert levels[-1].n <= 1000
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def test_v_cycle_coarsening_keeps_every_coarse_vertex_in_one_block(device):
+    """A V-cycle matches the graph without its cut edges. Pendant vertices hung on the
+    other half of a grid lose their only edge there and are isolated, and two-hop
+    matching pairs isolated vertices as twins: never across blocks."""
+    from procmap.engines.context import CoarseningContext
+    from procmap.engines.multilevel import coarsen
+    from procmap.kernels import backend
+    grid = grid_graph((40, 40))
+    side = 40 * 40
+    part = (np.arange(side) % 40 >= 20).astype(np.int32)  # left and right halves
+    pendants = 600
+    anchor = np.random.default_rng(2).integers(0, side, pendants)
+    pendant_part = (1 - part[anchor]).astype(np.int32)  # each in the block its anchor is not
+    rows, cols = np.nonzero(grid.to_scipy())
+    keep = rows < cols
+    g = CommGraph.from_edges(np.concatenate([rows[keep], anchor]),
+                             np.concatenate([cols[keep], side + np.arange(pendants)]),
+                             np.ones(int(keep.sum()) + pendants), n=side + pendants)
+    part = np.concatenate([part, pendant_part])
+    be = backend.cpu() if device == "cpu" else backend.gpu()
+    arrays = be.upload_graph(g.xadj, g.adjncy, g.adjwgt, g.vwgt)
+    levels = coarsen(*arrays, 200, 10_000, 1, be.asarray(part, np.int32),
+                     coarsening=CoarseningContext(min_vertices=0))
+    assert len(levels) > 2
+    for fine, coarse in zip(levels[:-1], levels[1:]):
+        fine_part, cmap = backend.to_host(fine.part), backend.to_host(fine.cmap)
+        np.testing.assert_array_equal(backend.to_host(coarse.part)[cmap], fine_part)
+
+
 @pytest.mark.parametrize("targets", [None, np.array([3.0, 1, 1, 1])])
 def test_metis_partition_of_an_edgeless_graph_fills_each_share(targets):
     from procmap.engines.initial import metis_partition

@@ -99,6 +99,8 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
             match = be.two_hop_matching(mx, ma, mw, g.vwgt, max_vwgt, seed + len(levels),
                                         threshold=c.unmatched_threshold,
                                         max_rounds=c.hem_max_rounds)
+            if g.part is not None:
+                match = _within_blocks(be, match, g.part)
             cmap, nc = be.coarse_ids(match)
         del mx, ma, mw  # a V-cycle's filtered CSR: not alive with contraction's scratch
         if nc > c.min_shrink * g.n:
@@ -117,6 +119,16 @@ def coarsen(xadj, adjncy, adjwgt, vwgt, target_n: int, max_vwgt: int, seed: int,
             cpart = None if cpart is None else to_host(cpart)
         levels.append(Level(*coarse, part=cpart))
     return levels
+
+
+def _within_blocks(be, match, part):
+    """``match`` without its pairs of vertices in different blocks of ``part`` (both
+    ends left unmatched). A V-cycle matches the graph without its cut edges, where a
+    vertex whose edges are all cut is isolated, and two-hop matching pairs isolated
+    vertices as twins whatever their blocks: such a pair would make a coarse vertex
+    that lies in two blocks (on the GPU, which block it kept depended on scheduling)."""
+    xp = be.xp
+    return xp.where(part[match] == part, match, xp.arange(match.size, dtype=match.dtype))
 
 
 @dataclass(frozen=True)
