@@ -165,3 +165,34 @@ def test_rebalance_proposals_match_definition():
         assert dest[u] == want
         assert bucket[u] == rb.gain_bucket(best_c - own, int(g.vwgt[u]))
     assert interior > 50
+
+
+@pytest.mark.parametrize("k", [6, 192])
+def test_chunked_selection_selects_what_one_pass_selects(k):
+    """select_prefix with ``par`` (chunks of vertices, each starting from the weight of
+    the chunks before it) against one sequential pass, with several chunks (n is many
+    times the chunk size) and some blocks far over ``lmax``."""
+    rng = np.random.default_rng(11)
+    n = 600_000
+    part = rng.integers(0, k, n).astype(np.int32)
+    part[rng.random(n) < 0.3] = 1  # block 1 and a few others heavy
+    vwgt = rng.integers(1, 6, n).astype(np.int64)
+    bw = np.bincount(part, weights=vwgt, minlength=k).astype(np.int64)
+    lmax = int(np.sort(bw)[k // 2])  # about half of the blocks are overloaded
+    # candidates (dest >= 0) only in overloaded blocks, as rebalance_propose makes them
+    candidate = (rng.random(n) < 0.7) & (bw[part] > lmax)
+    dest = np.where(candidate, rng.integers(0, k, n), -1).astype(np.int32)
+    bucket = rng.integers(0, rb.NUM_BUCKETS, n).astype(np.int32)
+    serial, chunked = np.empty(n, np.uint8), np.empty(n, np.uint8)
+    count = rb.select_prefix(part, vwgt, dest, bucket, bw, lmax, k, rb.NUM_BUCKETS, serial,
+                             False)
+    assert rb.select_prefix(part, vwgt, dest, bucket, bw, lmax, k, rb.NUM_BUCKETS, chunked,
+                            True) == count
+    np.testing.assert_array_equal(chunked, serial)
+    assert 0 < count < np.count_nonzero(dest >= 0)
+    assert np.all(dest[serial == 1] >= 0)
+    moved = np.bincount(part, weights=vwgt * serial, minlength=k)
+    offered = np.bincount(part, weights=vwgt * (dest >= 0), minlength=k)
+    over = bw > lmax
+    # each overloaded block gives up its excess, or every candidate it has
+    assert np.all(moved[over] >= np.minimum(bw[over] - lmax, offered[over]))

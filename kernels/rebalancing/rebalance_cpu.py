@@ -8,9 +8,9 @@ share three steps:
    overloaded block proposes its best-connected adjacent destination (cut-based loss,
    as GPU-HeiPa), else a fallback, and the loss lands in a log-spaced gain bucket
    (:func:`gain_bucket`).
-2. **Selection** (:func:`select_prefix`, sequential): per overloaded block the
-   candidates in ``(bucket, id)`` order whose preceding weight is below the block's
-   excess.
+2. **Selection** (:func:`select_prefix`, two parallel passes over chunks): per
+   overloaded block the candidates in ``(bucket, id)`` order whose preceding weight is
+   below the block's excess.
 3. Weak rebalancing (:func:`weak_moves`) moves the selected vertices to their
    proposals; destinations may overflow. Strong rebalancing (:func:`strong_moves`)
    places them with :func:`strong_assign`, never past a destination's room.
@@ -21,8 +21,9 @@ them compiled. :func:`rebalance_weak` / :func:`rebalance_strong` are the standal
 entry points (``(vertices, targets)`` like ``jet_cpu.jet_lp``).
 
 Determinism: proposals are per vertex (any chunking gives the same arrays), selection
-and assignment are sequential passes, and the only randomness (the weak rebalancer's
-fallback block) is ``mix64(u ^ seed_key(seed))``. The GPU twin's proposals, buckets and
+adds integer weights (any chunking selects the same vertices), assignment is a
+sequential pass, and the only randomness (the weak rebalancer's fallback block) is
+``mix64(u ^ seed_key(seed))``. The GPU twin's proposals, buckets and
 weak moves are bit-identical; its strong assignment is a parallel variant
 (:mod:`.rebalance_gpu`, step 4).
 """
@@ -190,38 +191,21 @@ def rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest
 
 
 @nb.njit(cache=True, nogil=True)
-def select_prefix(part, vwgt, dest, bucket, bw, lmax, k, nbuckets, selected):
-    """Per overloaded block, select the candidates that restore its weight.
-
-    Candidates are ordered by (bucket, vertex id); a candidate is selected when the
-    weight ordered before it in its block is still below the block's excess
-    ``bw - lmax``. Sequential, O(n + overloaded blocks * buckets).
-    """
-    n = part.size
-    slot = np.full(k, -1, dtype=np.int64)
-    nover = 0
-    for b in range(k):
-        if bw[b] > lmax:
-            slot[b] = nover
-            nover += 1
-    wsum = np.zeros(nover * nbuckets, dtype=np.int64)
-    for u in range(n):
+def _bucket_weights(part, vwgt, dest, bucket, slot, nbuckets, lo, hi, wsum):
+    """``wsum[slot[block] * nbuckets + bucket]`` += the weight of the candidates
+    ``lo <= u < hi``."""
+    for u in range(lo, hi):
         if dest[u] != -1:
             wsum[slot[part[u]] * nbuckets + bucket[u]] += vwgt[u]
-    before = np.zeros(nover * nbuckets, dtype=np.int64)  # weight of earlier buckets
-    excess = np.zeros(nover, dtype=np.int64)
-    for b in range(k):
-        o = slot[b]
-        if o < 0:
-            continue
-        excess[o] = bw[b] - lmax
-        s = 0
-        for j in range(nbuckets):
-            before[o * nbuckets + j] = s
-            s += wsum[o * nbuckets + j]
-    running = np.zeros(nover * nbuckets, dtype=np.int64)  # weight earlier in own bucket
+
+
+@nb.njit(cache=True, nogil=True)
+def _select_range(part, vwgt, dest, bucket, slot, nbuckets, before, excess, lo, hi,
+                  running, selected):
+    """The selection of ``lo <= u < hi`` given ``running``, the weight of each
+    (block, bucket) before ``lo``; returns the number selected."""
     count = 0
-    for u in range(n):
+    for u in range(lo, hi):
         selected[u] = 0
         if dest[u] == -1:
             continue
@@ -232,6 +216,82 @@ def select_prefix(part, vwgt, dest, bucket, bw, lmax, k, nbuckets, selected):
             count += 1
         running[key] += vwgt[u]
     return count
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _chunk_bucket_weights(part, vwgt, dest, bucket, slot, nbuckets, wsum):
+    """:func:`_bucket_weights` of chunk ``c`` into row ``c`` of ``wsum``, in parallel."""
+    n, nchunks = part.size, wsum.shape[0]
+    for c in nb.prange(nchunks):
+        _bucket_weights(part, vwgt, dest, bucket, slot, nbuckets, c * n // nchunks,
+                        (c + 1) * n // nchunks, wsum[c])
+
+
+@nb.njit(parallel=True, cache=True, nogil=True)
+def _chunk_select(part, vwgt, dest, bucket, slot, nbuckets, before, excess, running,
+                  selected, counts):
+    """:func:`_select_range` of chunk ``c`` from row ``c`` of ``running``, in parallel."""
+    n, nchunks = part.size, running.shape[0]
+    for c in nb.prange(nchunks):
+        counts[c] = _select_range(part, vwgt, dest, bucket, slot, nbuckets, before, excess,
+                                  c * n // nchunks, (c + 1) * n // nchunks, running[c],
+                                  selected)
+
+
+@nb.njit(cache=True, nogil=True)
+def select_prefix(part, vwgt, dest, bucket, bw, lmax, k, nbuckets, selected, par=False):
+    """Per overloaded block, select the candidates that restore its weight.
+
+    Candidates are ordered by (bucket, vertex id); a candidate is selected when the
+    weight ordered before it in its block is still below the block's excess
+    ``bw - lmax``. O(n + overloaded blocks * buckets); with ``par``, two parallel
+    passes over chunks of vertices (the weight per block and bucket of each chunk,
+    then the selection of each chunk from the weight of the chunks before it), which
+    select exactly what one sequential pass does.
+    """
+    n = part.size
+    slot = np.full(k, -1, dtype=np.int64)
+    nover = 0
+    for b in range(k):
+        if bw[b] > lmax:
+            slot[b] = nover
+            nover += 1
+    keys = nover * nbuckets
+    # chunks of at least 32k vertices, at most 64: the per-chunk tables (keys entries)
+    # stay small next to the pass over the vertices
+    nchunks = min(64, max(1, n // 32768)) if par else 1
+    wsum = np.zeros((nchunks, keys), dtype=np.int64)
+    if nchunks > 1:
+        _chunk_bucket_weights(part, vwgt, dest, bucket, slot, nbuckets, wsum)
+    else:
+        # np.int64(0), not 0: a literal argument would compile the callee once more
+        _bucket_weights(part, vwgt, dest, bucket, slot, nbuckets, np.int64(0), n, wsum[0])
+    # running[c]: the weight of each key in the chunks before c; before: the weight of
+    # the block's earlier buckets
+    running = np.zeros((nchunks, keys), dtype=np.int64)
+    total = np.zeros(keys, dtype=np.int64)
+    for c in range(nchunks):
+        for key in range(keys):
+            running[c, key] = total[key]
+            total[key] += wsum[c, key]
+    before = np.zeros(keys, dtype=np.int64)
+    excess = np.zeros(nover, dtype=np.int64)
+    for b in range(k):
+        o = slot[b]
+        if o < 0:
+            continue
+        excess[o] = bw[b] - lmax
+        s = 0
+        for j in range(nbuckets):
+            before[o * nbuckets + j] = s
+            s += total[o * nbuckets + j]
+    if nchunks == 1:
+        return _select_range(part, vwgt, dest, bucket, slot, nbuckets, before, excess,
+                             np.int64(0), n, running[0], selected)
+    counts = np.zeros(nchunks, dtype=np.int64)
+    _chunk_select(part, vwgt, dest, bucket, slot, nbuckets, before, excess, running,
+                  selected, counts)
+    return counts.sum()
 
 
 @nb.njit(cache=True, nogil=True)
@@ -332,7 +392,7 @@ def weak_select(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, seed_key,
     # np.bool_, not a literal: one compiled variant serves both rebalancers
     rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok,
                       np.bool_(True), prefix, valid_cum, valid_ids, seed_key, par, dest, bucket)
-    return select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected)
+    return select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected, par)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -367,7 +427,7 @@ def strong_select(xadj, adjncy, adjwgt, vwgt, part, k, lmax, prefix, bw, par, de
         rebalance_propose(xadj, adjncy, adjwgt, vwgt, part, k, bw, lmax, heavy, dest_ok,
                           np.bool_(False), prefix, np.zeros(k + 1, dtype=np.int64),
                           np.zeros(0, dtype=np.int32), np.uint64(0), par, dest, bucket)
-        select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected)
+        select_prefix(part, vwgt, dest, bucket, bw, lmax, k, NUM_BUCKETS, selected, par)
         moved = strong_assign(part, vwgt, dest, bucket, selected, rem, prefix, NUM_BUCKETS,
                               target)
         if moved:
