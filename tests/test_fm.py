@@ -52,10 +52,23 @@ def test_table_distance_matches_distance(prefix):
             assert table_distance(p, q, grp, dist) == distance(p, q, prefix, dist)
 
 
-def _random_graph(n, m, seed):
+def _random_graph(n, m, seed, spread=False):
+    """A random multigraph's merged edges; ``spread``: float volumes over four orders of
+    magnitude (sums that float arithmetic rounds, moved in and out of blocks)."""
     rng = np.random.default_rng(seed)
-    return CommGraph.from_edges(rng.integers(0, n, m), rng.integers(0, n, m),
-                                rng.integers(1, 6, m), n=n, vwgt=rng.integers(1, 3, n))
+    w = 10.0 ** rng.uniform(-1, 3, m) if spread else rng.integers(1, 6, m)
+    return CommGraph.from_edges(rng.integers(0, n, m), rng.integers(0, n, m), w, n=n,
+                                vwgt=rng.integers(1, 3, n))
+
+
+def _hub_graph(n: int, hubs: int, seed: int) -> CommGraph:
+    """A few hubs linked to most vertices plus a sparse random rest: a power-law-like
+    graph, where every move next to a hub re-evaluates the hub's whole row."""
+    rng = np.random.default_rng(seed)
+    spokes = rng.integers(hubs, n, 40 * n)
+    src = np.concatenate([spokes % hubs, rng.integers(0, n, 3 * n)])
+    dst = np.concatenate([spokes, rng.integers(0, n, 3 * n)])
+    return CommGraph.from_edges(src, dst, rng.integers(1, 9, src.size), n=n)
 
 
 GLOBAL = fm_cpu.fm_refine
@@ -73,6 +86,8 @@ LOCAL_STALL_40 = functools.partial(fm_cpu.local_fm_refine, max_stall=40, max_rou
     (grid_graph((40, 30)), (2, 2, 3), (1.0, 10.0, 100.0)),
     (grid_graph((12, 10, 8)), (4, 8, 2), (1.0, 10.0, 100.0)),
     (_random_graph(900, 4000, 1), (3, 4), (2.0, 7.0)),
+    (_random_graph(900, 6000, 4, spread=True), (2, 3, 2), (1.0, 5.0, 40.0)),
+    (_hub_graph(1500, 5, 6), (4, 4), (1.0, 10.0)),
 ])
 def test_fm_lowers_J_by_twice_its_gain_within_lmax(graph, levels, dists, refine):
     h = Hierarchy(levels, dists)
@@ -147,16 +162,6 @@ def test_local_fm_work_cap_bounds_the_searches():
     assert evaluate(g, h, p).J == pytest.approx(before - 2 * capped, rel=1e-12)
     assert np.bincount(p, weights=g.vwgt, minlength=6).max() <= lmax
     assert capped == again and np.array_equal(p, p2)
-
-
-def _hub_graph(n: int, hubs: int, seed: int) -> CommGraph:
-    """A few hubs linked to most vertices plus a sparse random rest: a power-law-like
-    graph, where every move next to a hub re-evaluates the hub's whole row."""
-    rng = np.random.default_rng(seed)
-    spokes = rng.integers(hubs, n, 40 * n)
-    src = np.concatenate([spokes % hubs, rng.integers(0, n, 3 * n)])
-    dst = np.concatenate([spokes, rng.integers(0, n, 3 * n)])
-    return CommGraph.from_edges(src, dst, rng.integers(1, 9, src.size), n=n)
 
 
 def _hub_fm_problem():
