@@ -296,7 +296,17 @@ def test_mapping_text_is_the_same_as_before(tmp_path):
 
 
 # --------------------------------------------------------------------------------- signals
-def test_signal_during_write_discards_the_temporary_file(tmp_path):
+@pytest.fixture
+def sigint_raises():
+    """SIGINT with Python's own handler (KeyboardInterrupt) during the test. pytest run as
+    a background job of a non-interactive shell (``pytest &`` in a script) starts with
+    SIGINT ignored, and ``atomic_write`` rightly leaves an ignored signal ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_signal_during_write_discards_the_temporary_file(tmp_path, sigint_raises):
     target = tmp_path / "x.map"
     target.write_text("old\n")
     finished = []
@@ -313,7 +323,7 @@ def test_signal_during_write_discards_the_temporary_file(tmp_path):
 @pytest.mark.parametrize("signum, status, message", [(signal.SIGINT, 130, "interrupted"),
                                                      (signal.SIGTERM, 143, "terminated")])
 def test_cli_exit_status_after_a_signal_while_writing(capfd, tmp_path, monkeypatch, signum,
-                                                      status, message):
+                                                      status, message, sigint_raises):
     def interrupted(pes, path):
         with atomic_write(path, "wb") as handle:
             handle.write(b"0\n")
