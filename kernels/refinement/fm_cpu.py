@@ -16,11 +16,10 @@ Two flavours share the move queue and the gain function:
   there; it stops after a few moves without a new best and keeps its best prefix.
   A global pass spreads its stall budget over the whole border instead.
 
-Both evaluate moves from a *connectivity cache*: every vertex's edge weight into each
-of its adjacent blocks, updated when a neighbour moves. A move's evaluation then costs
-the vertex's adjacent blocks (at most ``k``) instead of its degree, which on power-law
-graphs is the difference between a hub's 200 blocks and its 10,000 edges, and on meshes
-between a vertex's 2-3 blocks and its 26 edges.
+A move is evaluated from the vertex's row, or for vertices of high degree from a
+*connectivity cache*: the vertex's edge weight into each of its adjacent blocks, kept up
+to date as its neighbours move. A hub of a power-law graph has ~200 adjacent blocks but
+~10,000 edges, and every move next to it evaluates it again.
 
 The objective is the hierarchical J of ``prefix``/``dist`` (cut when ``prefix =
 [k]``), the same as :mod:`jet_cpu`. Moves never push a block above ``lmax``.
@@ -31,55 +30,82 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..common_cpu import connectivity_gain, level_tables
+from ..common_cpu import (clear_connectivity, connectivity_gain, level_tables, on_boundary,
+                          scatter_connectivity)
 from ..objective.objective_cpu import pe_loads
 
 
-# The connectivity cache ``(coff, cnt, cblk, cw, cc)``: vertex ``u``'s entries are
-# ``coff[u] .. coff[u] + cnt[u]``, one per adjacent block ``cblk`` (its own block
-# included when it has a neighbour there), with the edge weight ``cw`` and the number of
-# edges ``cc`` into it. A vertex has at most ``min(deg(u), k)`` adjacent blocks, which
-# bounds its slots. An entry goes when its last edge leaves the block (``cc``, not the
-# weight, tells: float weights need not sum back to exactly zero).
-@nb.njit(cache=True, nogil=True)
-def _build_cache(xadj, adjncy, adjwgt, part, k):
-    """The connectivity cache of ``part``; summed in CSR order, like a scan of the row."""
-    n = part.size
-    coff = np.empty(n + 1, dtype=np.int64)
-    coff[0] = 0
-    for u in range(n):
-        coff[u + 1] = coff[u] + min(xadj[u + 1] - xadj[u], k)
-    cnt = np.zeros(n, dtype=np.int64)
-    cblk = np.empty(coff[n], dtype=np.int32)
-    cw = np.empty(coff[n], dtype=np.float64)
-    cc = np.empty(coff[n], dtype=np.int32)
-    slot = np.full(k, -1, dtype=np.int64)
-    for u in range(n):
-        base = coff[u]
-        for e in range(xadj[u], xadj[u + 1]):
-            b = part[adjncy[e]]
-            i = slot[b]
-            if i < 0:
-                i = base + cnt[u]
-                cnt[u] += 1
-                slot[b] = i
-                cblk[i] = b
-                cw[i] = 0.0
-                cc[i] = 0
-            cw[i] += adjwgt[e]
-            cc[i] += 1
-        for i in range(base, base + cnt[u]):
-            slot[cblk[i]] = -1
-    return coff, cnt, cblk, cw, cc
+# The connectivity cache ``(coff, cnt, cblk, cw, cc, slot)`` of the vertices of degree
+# above CACHE_MIN_DEGREE: vertex ``u``'s entries are ``coff[u] .. coff[u] + cnt[u]``, one
+# per adjacent block ``cblk`` (its own block included when it has a neighbour there),
+# with the edge weight ``cw`` and the number of edges ``cc`` into it. A vertex has at
+# most ``min(deg(u), k)`` adjacent blocks, which bounds its slots. An entry goes when
+# its last edge leaves the block (``cc``, not the weight, tells: float weights need not
+# sum back to exactly zero). Entries are filled the first time a vertex is evaluated
+# (``cnt[u] = -1`` until then; vertices without slots stay so): FM touches the vertices
+# near block borders, on meshes a small part of the graph. ``slot`` is per-block scratch.
+
+#: Vertices of at most this degree are evaluated from their row, the others from the
+#: cache. Keeping a vertex's entries costs about as much per neighbour move as evaluating
+#: it from its row does when its degree is a few times its adjacent blocks: on meshes and
+#: road-like graphs the cache would cost more than it saves, on the hubs of power-law
+#: graphs and dense coarse levels it saves most of the evaluation. Results do not depend
+#: on it (both evaluations give the same gains).
+CACHE_MIN_DEGREE = 32
 
 
 @nb.njit(cache=True, nogil=True)
-def _cache_move(cache, xadj, adjncy, adjwgt, u, a, b):
-    """Update the cache for ``u`` moving from block ``a`` to ``b``: each neighbour's
-    edge to ``u`` leaves its entry for ``a`` and joins (or opens) its entry for ``b``."""
-    coff, cnt, cblk, cw, cc = cache
+def _new_cache(xadj, k):
+    """An empty connectivity cache for a graph with offsets ``xadj`` and ``k`` blocks;
+    without slots (and ``cnt`` empty) when no vertex has a degree above
+    :data:`CACHE_MIN_DEGREE`. The entry arrays are not initialised: only filled
+    vertices' pages are touched."""
+    n = xadj.size - 1
+    high = 0
+    for u in range(n):
+        if xadj[u + 1] - xadj[u] > CACHE_MIN_DEGREE:
+            high = n
+            break
+    coff = np.zeros(high + 1, dtype=np.int64)
+    for u in range(high):
+        d = xadj[u + 1] - xadj[u]
+        coff[u + 1] = coff[u] + (min(d, k) if d > CACHE_MIN_DEGREE else 0)
+    return (coff, np.full(high, -1, dtype=np.int32), np.empty(coff[high], dtype=np.int32),
+            np.empty(coff[high], dtype=np.float64), np.empty(coff[high], dtype=np.int32),
+            np.full(k, -1, dtype=np.int64))
+
+
+@nb.njit(cache=True, nogil=True)
+def _fill(coff, cnt, cblk, cw, cc, slot, xadj, adjncy, adjwgt, part, u):
+    """Fill ``u``'s entries from its row (summed in CSR order, like a scan of the row)."""
+    base = coff[u]
+    c = 0
+    for e in range(xadj[u], xadj[u + 1]):
+        b = part[adjncy[e]]
+        i = slot[b]
+        if i < 0:
+            i = base + c
+            c += 1
+            slot[b] = i
+            cblk[i] = b
+            cw[i] = 0.0
+            cc[i] = 0
+        cw[i] += adjwgt[e]
+        cc[i] += 1
+    for i in range(base, base + c):
+        slot[cblk[i]] = -1
+    cnt[u] = c
+
+
+@nb.njit(cache=True, nogil=True)
+def _cache_move(coff, cnt, cblk, cw, cc, xadj, adjncy, adjwgt, u, a, b):
+    """Update the cache for ``u`` moving from block ``a`` to ``b``: each filled
+    neighbour's edge to ``u`` leaves its entry for ``a`` and joins (or opens) its entry
+    for ``b`` (a neighbour filled later reads the new block from its row)."""
     for e in range(xadj[u], xadj[u + 1]):
         v = adjncy[e]
+        if cnt[v] < 0:
+            continue
         w = adjwgt[e]
         base = coff[v]
         end = base + cnt[v]
@@ -110,19 +136,39 @@ def _cache_move(cache, xadj, adjncy, adjwgt, u, a, b):
 
 
 @nb.njit(cache=True, nogil=True)
-def _on_boundary(cache, part, u):
-    """Whether ``u`` has a neighbour outside its block (from the cache, ``O(1)``)."""
-    coff, cnt, cblk, _, _ = cache
-    return cnt[u] > 1 or (cnt[u] == 1 and cblk[coff[u]] != part[u])
+def _row_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, scratch):
+    """Best destination of ``u`` among its adjacent blocks with room; ``(b, gain)``,
+    ``b = -1`` when none. The gain is J's change (one direction of each edge) from the
+    group connectivity (:func:`.common_cpu.connectivity_gain`), summed from ``u``'s row:
+    ``O(deg(u) * levels)``. ``scratch = (acc, seen, touched)``: ``acc`` is left all
+    zero and ``seen`` all ``-1``, so a vertex can be evaluated again."""
+    acc, seen, touched = scratch
+    a = part[u]
+    nt = scatter_connectivity(xadj, adjncy, adjwgt, part, grp, False, u, acc, seen, touched)
+    best_b = -1
+    best_g = -np.inf
+    for i in range(nt):
+        b = touched[i]
+        if b == a or bw[b] + vwgt[u] > lmax:
+            continue
+        g = connectivity_gain(acc, grp, delta, False, a, b, 0.0)
+        if g > best_g or (g == best_g and b < best_b):
+            best_g = g
+            best_b = b
+    clear_connectivity(acc, grp, False, touched, nt)
+    for i in range(nt):
+        seen[touched[i]] = -1
+    return best_b, best_g
 
 
 @nb.njit(cache=True, nogil=True)
-def _best_move(u, cache, vwgt, part, bw, lmax, grp, delta, acc):
-    """Best destination of ``u`` among its adjacent blocks with room; ``(b, gain)``,
-    ``b = -1`` when none. The gain is J's change (one direction of each edge) from the
-    group connectivity (:func:`.common_cpu.connectivity_gain`) of ``u``'s cache
-    entries: ``O(adjacent blocks * levels)``. ``acc`` (levels x k) is left all zero."""
-    coff, cnt, cblk, cw, _ = cache
+def _cached_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, acc, coff, cnt,
+                 cblk, cw, cc, slot):
+    """:func:`_row_move` from ``u``'s cache entries (filled now if they are not yet):
+    ``O(adjacent blocks * levels)``. Takes the cache's arrays, not its tuple (see
+    :func:`_search`)."""
+    if cnt[u] < 0:
+        _fill(coff, cnt, cblk, cw, cc, slot, xadj, adjncy, adjwgt, part, u)
     a = part[u]
     lo = coff[u]
     hi = lo + cnt[u]
@@ -146,6 +192,14 @@ def _best_move(u, cache, vwgt, part, bw, lmax, grp, delta, acc):
         for t in range(levels):
             acc[t, grp[t, b]] = 0.0
     return best_b, best_g
+
+
+@nb.njit(cache=True, nogil=True)
+def _new_scratch(grp):
+    """The ``scratch`` of :func:`_row_move` for ``k = grp.shape[1]`` blocks."""
+    k = grp.shape[1]
+    return (np.zeros((grp.shape[0], k), dtype=np.float64), np.full(k, -1, dtype=np.int64),
+            np.empty(k, dtype=np.int64))
 
 
 # The move queue: a max-heap of (gain, vertex) entries, larger gain first and the smaller
@@ -206,7 +260,7 @@ def queue_pop(heap, size):
 
 @nb.njit(cache=True, nogil=True)
 def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, search, mark,
-            done, max_stall, budget, moved_v, moved_from, cache, acc):
+            done, max_stall, budget, moved_v, moved_from, cache, scratch):
     """The move loop of both flavours, from the queue ``heap[:size]``; returns
     ``(gain, kept, work)``: the best prefix's gain, the vertices it moved (the first
     ``kept`` entries of ``moved_v``) and its work, the degrees of the vertices it
@@ -218,7 +272,14 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
     that are neither marked nor ``done``; stops after ``max_stall`` moves without a new
     best, or once its work reaches ``budget``, then rolls back the moves after the best
     prefix. Every move, and every rollback, updates the connectivity ``cache``.
+
+    Moves are evaluated by :func:`_row_move` or :func:`_cached_move` by degree, branching
+    here with the cache's arrays unpacked once: a function that takes the cache tuple
+    (even one that reads it only for high-degree vertices) pays reference counting on
+    all of its arrays at every call, which on meshes cost a third of the pass.
     """
+    coff, cnt, cblk, cw, cc, slot = cache
+    cached = coff[-1] > 0  # a vertex has slots: moves must update the cache
     cap = heap.shape[0]
     nmoves = 0
     cum = 0.0
@@ -231,7 +292,12 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
         if mark[u] == search or done[u]:
             continue
         work += xadj[u + 1] - xadj[u]
-        b, g = _best_move(u, cache, vwgt, part, bw, lmax, grp, delta, acc)
+        if xadj[u + 1] - xadj[u] > CACHE_MIN_DEGREE:
+            b, g = _cached_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
+                                scratch[0], coff, cnt, cblk, cw, cc, slot)
+        else:
+            b, g = _row_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
+                             scratch)
         if b < 0:
             continue
         if g < key:
@@ -242,7 +308,8 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
         part[u] = b
         bw[a] -= vwgt[u]
         bw[b] += vwgt[u]
-        _cache_move(cache, xadj, adjncy, adjwgt, u, a, b)
+        if cached:
+            _cache_move(coff, cnt, cblk, cw, cc, xadj, adjncy, adjwgt, u, a, b)
         mark[u] = search
         moved_v[nmoves] = u
         moved_from[nmoves] = a
@@ -255,11 +322,16 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
         else:
             stall += 1
         for e in range(xadj[u], xadj[u + 1]):
-            v = np.int64(adjncy[e])  # one vertex type for _best_move and queue_push
+            v = np.int64(adjncy[e])  # one vertex type for the evaluations and queue_push
             if mark[v] == search or done[v] or size + 1 >= cap:
                 continue
             work += xadj[v + 1] - xadj[v]
-            bv, gv = _best_move(v, cache, vwgt, part, bw, lmax, grp, delta, acc)
+            if xadj[v + 1] - xadj[v] > CACHE_MIN_DEGREE:
+                bv, gv = _cached_move(v, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
+                                      scratch[0], coff, cnt, cblk, cw, cc, slot)
+            else:
+                bv, gv = _row_move(v, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
+                                   scratch)
             if bv >= 0:
                 size = queue_push(heap, size, gv, v)
     for i in range(nmoves - 1, best_len - 1, -1):  # roll back past the best prefix
@@ -269,7 +341,8 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
         part[u] = a
         bw[b] -= vwgt[u]
         bw[a] += vwgt[u]
-        _cache_move(cache, xadj, adjncy, adjwgt, u, b, a)
+        if cached:
+            _cache_move(coff, cnt, cblk, cw, cc, xadj, adjncy, adjwgt, u, b, a)
     return best_cum, best_len, work
 
 
@@ -281,13 +354,19 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, delta, max_stall, b
     bw = np.zeros(k, dtype=np.int64)
     for u in range(n):
         bw[part[u]] += vwgt[u]
-    acc = np.zeros((grp.shape[0], k), dtype=np.float64)
+    scratch = _new_scratch(grp)
+    coff, cnt, cblk, cw, cc, slot = cache
     cap = 4 * xadj[n] + n + 16  # every push is a vertex or a neighbour update
     heap = np.empty((cap, 2), dtype=np.float64)
     size = np.int64(0)  # not a literal 0: callees compile once, for int64
     for u in range(n):
-        if _on_boundary(cache, part, u):
-            b, g = _best_move(u, cache, vwgt, part, bw, lmax, grp, delta, acc)
+        if on_boundary(xadj, adjncy, part, u, part[u]):
+            if xadj[u + 1] - xadj[u] > CACHE_MIN_DEGREE:
+                b, g = _cached_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
+                                    scratch[0], coff, cnt, cblk, cw, cc, slot)
+            else:
+                b, g = _row_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
+                                 scratch)
             if b >= 0:
                 size = queue_push(heap, size, g, u)
     mark = np.zeros(n, dtype=np.int64)
@@ -295,7 +374,7 @@ def _fm_pass(xadj, adjncy, adjwgt, vwgt, part, k, lmax, grp, delta, max_stall, b
     gain, _, work = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size,
                             np.int64(1), mark, done, max_stall, budget,
                             np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64), cache,
-                            acc)
+                            scratch)
     return gain, work
 
 
@@ -323,16 +402,16 @@ def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist,
     would scan. The pass that reaches it stops there and is the last: every move
     re-evaluates the mover's neighbours, so a pass's work is about the sum of
     ``deg(u) * deg(v)`` over the edges it touches, which hubs of power-law graphs make
-    quadratic (the connectivity cache makes that work cheaper, not smaller). A move's gain is computed over u's own CSR row, i.e. one direction of
-    each edge; J counts both directions, so J decreases by exactly twice the returned
-    value.
+    quadratic (the connectivity cache makes that work cheaper, not smaller). A move's
+    gain counts one direction of each of u's edges; J counts both directions, so J
+    decreases by exactly twice the returned value.
     """
     n = part.size
     if max_stall is None:
         max_stall = max(50, n // 100)
     w, grp, delta = _kernel_inputs(adjwgt, prefix, dist)
     budget = _edge_budget(max_work, xadj)
-    cache = _build_cache(xadj, adjncy, w, part, int(k))
+    cache = _new_cache(xadj, int(k))
     total = 0.0
     for _ in range(max_passes):
         g, work = _fm_pass(xadj, adjncy, w, vwgt, part, int(k), int(lmax), grp, delta,
@@ -346,7 +425,7 @@ def fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix, dist,
 
 @nb.njit(cache=True, nogil=True)
 def _local_searches(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, max_stall, done,
-                    mark, heap, moved_v, moved_from, cache, acc, budget):
+                    mark, heap, moved_v, moved_from, cache, scratch, budget):
     """One round of localized FM: a search (:func:`_search`) from every boundary vertex,
     by ascending id, that no kept move of this round has touched yet, until the
     searches' work reaches ``budget``. Returns ``(gain, work)``. The moves a search
@@ -354,20 +433,26 @@ def _local_searches(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, max_
     total = 0.0
     search = 0
     work = 0
+    coff, cnt, cblk, cw, cc, slot = cache
     for s in range(part.size):
         if work >= budget:
             break
-        if done[s] or not _on_boundary(cache, part, s):
+        if done[s] or not on_boundary(xadj, adjncy, part, s, part[s]):
             continue
         work += xadj[s + 1] - xadj[s]
-        b, g = _best_move(s, cache, vwgt, part, bw, lmax, grp, delta, acc)
+        if xadj[s + 1] - xadj[s] > CACHE_MIN_DEGREE:
+            b, g = _cached_move(s, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
+                                scratch[0], coff, cnt, cblk, cw, cc, slot)
+        else:
+            b, g = _row_move(s, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
+                             scratch)
         if b < 0:
             continue
         search += 1
         size = queue_push(heap, np.int64(0), g, s)
         gain, kept, scanned = _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta,
                                       heap, size, search, mark, done, max_stall, budget - work,
-                                      moved_v, moved_from, cache, acc)
+                                      moved_v, moved_from, cache, scratch)
         work += scanned
         for i in range(kept):
             done[moved_v[i]] = 1
@@ -389,9 +474,10 @@ def local_fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix,
     ``max_stall`` moves without a new best end a search; rounds repeat (each from every
     boundary vertex again) until ``max_rounds`` or a round gains no more than
     ``min_gain``. ``max_work`` caps the searches' work (:func:`fm_refine`), in multiples
-    of the graph's directed edges (all rounds together; ``None``: no cap): a search costs about ``max_stall`` times its vertices' squared degree, so on
-    dense graphs the searches would otherwise cost many times the rest of a level's
-    refinement. Blocks stay within ``lmax``; the result depends only on the input.
+    of the graph's directed edges (all rounds together; ``None``: no cap): a search's
+    work is about ``max_stall`` times its vertices' squared degree, so on dense graphs
+    the searches would otherwise cost many times the rest of a level's refinement.
+    Blocks stay within ``lmax``; the result depends only on the input.
     """
     n = part.size
     if n == 0 or k <= 1:
@@ -403,8 +489,8 @@ def local_fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix,
     heap = np.empty((min(int(xadj[n]) + n + 16, LOCAL_QUEUE_CAP), 2), dtype=np.float64)
     moved_v = np.empty(n, dtype=np.int64)
     moved_from = np.empty(n, dtype=np.int64)
-    cache = _build_cache(xadj, adjncy, w, part, int(k))
-    acc = np.zeros((grp.shape[0], int(k)), dtype=np.float64)
+    cache = _new_cache(xadj, int(k))
+    scratch = _new_scratch(grp)
     budget = _edge_budget(max_work, xadj)
     total = 0.0
     for _ in range(max_rounds):
@@ -412,7 +498,7 @@ def local_fm_refine(xadj, adjncy, adjwgt, vwgt, part, k: int, lmax: int, prefix,
         mark[:] = 0
         g, work = _local_searches(xadj, adjncy, w, vw, part, bw, int(lmax), grp, delta,
                                   int(max_stall), done, mark, heap, moved_v, moved_from, cache,
-                                  acc, budget)
+                                  scratch, budget)
         total += g
         budget -= work
         if g <= max(min_gain, 1e-9) or budget <= 0:
