@@ -30,8 +30,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from ..common_cpu import (clear_connectivity, connectivity_gain, level_tables, on_boundary,
-                          scatter_connectivity)
+from ..common_cpu import connectivity_gain, level_tables, on_boundary, scatter_connectivity
 from ..objective.objective_cpu import pe_loads
 
 
@@ -135,6 +134,29 @@ def _cache_move(coff, cnt, cblk, cw, cc, xadj, adjncy, adjwgt, u, a, b):
             cnt[v] += 1
 
 
+@nb.njit(inline="always", cache=True)
+def _pick(u, blocks, lo, hi, vwgt, part, bw, lmax, grp, delta, acc):
+    """The best block with room among ``blocks[lo:hi]`` for ``u`` (ties: the lower
+    block), ``(b, gain)`` with ``b = -1`` when none, from ``u``'s group connectivity
+    ``acc``; leaves the entries of ``acc`` those blocks used zero."""
+    a = part[u]
+    best_b = -1
+    best_g = -np.inf
+    for i in range(lo, hi):
+        b = blocks[i]
+        if b == a or bw[b] + vwgt[u] > lmax:
+            continue
+        g = connectivity_gain(acc, grp, delta, False, a, b, 0.0)
+        if g > best_g or (g == best_g and b < best_b):
+            best_g = g
+            best_b = b
+    for i in range(lo, hi):
+        b = blocks[i]
+        for t in range(grp.shape[0]):
+            acc[t, grp[t, b]] = 0.0
+    return best_b, best_g
+
+
 @nb.njit(cache=True, nogil=True)
 def _row_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, scratch):
     """Best destination of ``u`` among its adjacent blocks with room; ``(b, gain)``,
@@ -143,22 +165,10 @@ def _row_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, scratch
     ``O(deg(u) * levels)``. ``scratch = (acc, seen, touched)``: ``acc`` is left all
     zero and ``seen`` all ``-1``, so a vertex can be evaluated again."""
     acc, seen, touched = scratch
-    a = part[u]
     nt = scatter_connectivity(xadj, adjncy, adjwgt, part, grp, False, u, acc, seen, touched)
-    best_b = -1
-    best_g = -np.inf
-    for i in range(nt):
-        b = touched[i]
-        if b == a or bw[b] + vwgt[u] > lmax:
-            continue
-        g = connectivity_gain(acc, grp, delta, False, a, b, 0.0)
-        if g > best_g or (g == best_g and b < best_b):
-            best_g = g
-            best_b = b
-    clear_connectivity(acc, grp, False, touched, nt)
     for i in range(nt):
         seen[touched[i]] = -1
-    return best_b, best_g
+    return _pick(u, touched, 0, nt, vwgt, part, bw, lmax, grp, delta, acc)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -169,29 +179,13 @@ def _cached_move(u, xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, acc,
     :func:`_search`)."""
     if cnt[u] < 0:
         _fill(coff, cnt, cblk, cw, cc, slot, xadj, adjncy, adjwgt, part, u)
-    a = part[u]
     lo = coff[u]
     hi = lo + cnt[u]
-    levels = grp.shape[0]
     for i in range(lo, hi):
         b = cblk[i]
-        for t in range(levels):
+        for t in range(grp.shape[0]):
             acc[t, grp[t, b]] += cw[i]
-    best_b = -1
-    best_g = -np.inf
-    for i in range(lo, hi):
-        b = cblk[i]
-        if b == a or bw[b] + vwgt[u] > lmax:
-            continue
-        g = connectivity_gain(acc, grp, delta, False, a, b, 0.0)
-        if g > best_g or (g == best_g and b < best_b):
-            best_g = g
-            best_b = b
-    for i in range(lo, hi):
-        b = cblk[i]
-        for t in range(levels):
-            acc[t, grp[t, b]] = 0.0
-    return best_b, best_g
+    return _pick(u, cblk, lo, hi, vwgt, part, bw, lmax, grp, delta, acc)
 
 
 @nb.njit(cache=True, nogil=True)
