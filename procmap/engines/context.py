@@ -191,12 +191,13 @@ class RefinementContext:
         refinement, more than what they gain there is worth to ``im``, the fast engine.
     ``device_group_levels``
         :attr:`group_levels` on GPU levels (host levels use :attr:`group_levels`); the
-        GPU levels above :attr:`group_max_n` vertices skip it as host levels do. On in
-        ``im``: below that size a group level costs one label propagation of a level
-        that is small for the GPU, and on meshes the straightened node borders leave
-        the PE refinement of the finer levels less to do (a 27-point stencil of 4M
-        vertices maps in 40% less time), while random geometric graphs, whose
-        borders it hardly moves, take the same time.
+        GPU levels above :attr:`group_max_n` vertices skip it as host levels do. 1 in
+        ``im``, the nodes only: below that size a group level costs one label
+        propagation of a level that is small for the GPU, and on meshes the straightened
+        node borders leave the PE refinement of the finer levels less to do (a 27-point
+        stencil of 4M vertices maps in a quarter less time), while random geometric
+        graphs, whose borders it hardly moves, take the same time. The processor level
+        as well (2) saves more time on that stencil but costs 2D meshes J.
     ``gpu_mapping_polish``
         ``hm`` on the GPU ends with a J-refinement of the whole mapping on the device
         (one upload serves the splits and it): its splits minimise cuts one hierarchy
@@ -632,7 +633,7 @@ _IM = Context(
     pipeline="im",
     coarsening=CoarseningContext(factor=128, min_vertices=0),
     refinement=RefinementContext(patience=3, filters_coarse=(0.25,), group_levels=2,
-                                 device_group_levels=2),
+                                 device_group_levels=1),
     fm=FMContext(passes=10, stall_divisor=50, min_gain=0.001, max_work=6.0,
                  fm_only_min_n=None),
     local_fm=LocalFMContext(depth=0),
