@@ -6,7 +6,8 @@ with numpy, so that 2^20 vertices generate in seconds and 2^22 in well under a m
 The same arguments (seed included) always give the same graph.
 
 * :func:`rmat` -- R-MAT power-law graph (Graph500 parameters by default), ids permuted;
-* :func:`chung_lu` -- Chung-Lu power-law graph with a given degree exponent;
+* :func:`chung_lu` -- Chung-Lu power-law graph with a given degree exponent
+  (:func:`procmap.generators.chung_lu_graph`, which ``procmap warmup`` maps too);
 * :func:`stencil27` -- 3D 27-point stencil with unequal face / edge / corner volumes;
 * :func:`road_like` -- Delaunay graph pruned to a random spanning tree + 20% of the rest;
 * :func:`spread_weights` -- same structure, volumes log-uniform over several decades;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from procmap.generators import chung_lu_graph as chung_lu  # noqa: F401 (one of the families)
 from procmap.generators import delaunay_graph
 from procmap.graph import CommGraph
 
@@ -99,38 +101,6 @@ def rmat(scale: int, edge_factor: int = 8, a: float = 0.57, b: float = 0.19, c: 
     return graph
 
 
-def chung_lu(n: int, avg_degree: float = 16.0, exponent: float = 2.5, seed: int = 0,
-             offset: float = 1.0) -> CommGraph:
-    """Chung-Lu power-law graph: expected degrees ``w_i ~ (i + offset)^(-1 / (exponent - 1))``.
-
-    ``round(avg_degree * n / 2)`` edges are drawn with both endpoints chosen independently
-    with probability proportional to ``w`` (the edge-sampling form of Chung-Lu), so the
-    degree sequence follows a power law with the given ``exponent`` (2 < exponent, 2.5 by
-    default). With ``offset = 1`` the largest expected degree is about
-    ``avg_degree * (1 - 1/(exponent-1)) * n^(1/(exponent-1))`` (exponent 2.5: ~n^(2/3) * 5,
-    tens of thousands at 2^20, a little less after merging); a larger ``offset`` caps the
-    hubs. Ids are permuted by a seeded permutation, self loops dropped, duplicates merged
-    with weight 1. n is exactly ``n``; m is below ``avg_degree * n / 2`` (duplicates among
-    the hubs merge); low-weight vertices that draw no edge stay isolated.
-    """
-    if exponent <= 2:
-        raise ValueError("exponent must be > 2")
-    rng = np.random.default_rng(seed)
-    w = (np.arange(n, dtype=np.float64) + offset) ** (-1.0 / (exponent - 1.0))
-    cdf = np.cumsum(w)
-    cdf /= cdf[-1]
-    pairs = int(round(avg_degree * n / 2))
-    src = np.searchsorted(cdf, rng.random(pairs), side="right")
-    dst = np.searchsorted(cdf, rng.random(pairs), side="right")
-    np.minimum(src, n - 1, out=src)
-    np.minimum(dst, n - 1, out=dst)
-    perm = rng.permutation(n).astype(np.int64)
-    src, dst = perm[src], perm[dst]
-    keep = src != dst
-    return _unit(CommGraph.from_edges(src[keep], dst[keep], None, n=n))
-
-
-# ------------------------------------------------------------------------------- FE-like mesh
 def stencil27(nx: int, ny: int, nz: int, face: int = 16, edge: int = 4, corner: int = 1) -> CommGraph:
     """3D 27-point stencil on an ``nx x ny x nz`` grid (not periodic), unequal volumes.
 

@@ -1,4 +1,5 @@
-"""Seeded generators of the benchmark families (grids, random geometric and Delaunay graphs).
+"""Seeded generators of the benchmark families (grids, random geometric and Delaunay graphs,
+Chung-Lu power-law graphs).
 
 Task ids follow the natural order: in a grid, ``(r, c) -> r * cols + c``.
 """
@@ -677,3 +678,36 @@ def delaunay_graph(n: int, seed: int = 0) -> CommGraph:
 
     order = spatial_order(points, _rgg_radius(n, 0.55))
     return _triangle_graph(Delaunay(points).simplices, _inverse(order), n)[0]
+
+
+def chung_lu_graph(n: int, avg_degree: float = 16.0, exponent: float = 2.5, seed: int = 0,
+                   offset: float = 1.0) -> CommGraph:
+    """Chung-Lu power-law graph: expected degrees ``w_i ~ (i + offset)^(-1 / (exponent - 1))``.
+
+    ``round(avg_degree * n / 2)`` edges are drawn with both endpoints chosen independently
+    with probability proportional to ``w`` (the edge-sampling form of Chung-Lu), so the
+    degree sequence follows a power law with the given ``exponent`` (2 < exponent, 2.5 by
+    default). With ``offset = 1`` the largest expected degree is about
+    ``avg_degree * (1 - 1/(exponent-1)) * n^(1/(exponent-1))`` (exponent 2.5: ~n^(2/3) * 5,
+    tens of thousands at 2^20, a little less after merging); a larger ``offset`` caps the
+    hubs. Ids are permuted by a seeded permutation, self loops dropped, duplicates merged
+    with weight 1 (unit vertex weights). n is exactly ``n``; m is below
+    ``avg_degree * n / 2`` (duplicates among the hubs merge); low-weight vertices that
+    draw no edge stay isolated.
+    """
+    if exponent <= 2:
+        raise ValueError("exponent must be > 2")
+    rng = np.random.default_rng(seed)
+    w = (np.arange(n, dtype=np.float64) + offset) ** (-1.0 / (exponent - 1.0))
+    cdf = np.cumsum(w)
+    cdf /= cdf[-1]
+    pairs = int(round(avg_degree * n / 2))
+    src = np.searchsorted(cdf, rng.random(pairs), side="right")
+    dst = np.searchsorted(cdf, rng.random(pairs), side="right")
+    np.minimum(src, n - 1, out=src)
+    np.minimum(dst, n - 1, out=dst)
+    perm = rng.permutation(n).astype(np.int64)
+    src, dst = perm[src], perm[dst]
+    keep = src != dst
+    g = CommGraph.from_edges(src[keep], dst[keep], None, n=n)
+    return CommGraph(g.xadj, g.adjncy, np.ones(g.adjncy.size, dtype=np.int64), g.vwgt)

@@ -2,8 +2,9 @@
 
 The first mapping after an install compiles the CPU kernels (about a minute on two
 cores). :func:`warmup` runs every code path a command can take on small generated
-inputs -- the readers and writers, evaluation, rank placement, and each engine with
-each coarsening and refinement scheme, for integer and for float volumes -- so that
+inputs -- the readers and writers, evaluation, rank placement, each engine on a mesh
+and on a power-law graph, and each coarsening and refinement scheme, for integer and
+for float volumes -- so that
 the kernels they compile land in the cache, where later processes load them. It is
 the step for cluster images and shared installs: run it once as the user who owns
 the installation (or with ``NUMBA_CACHE_DIR`` pointing at a shared directory that
@@ -55,7 +56,7 @@ def warmup(progress: Progress | None = None, *, gpu: bool = False) -> dict[str, 
     """
     from procmap.api import map_tasks
     from procmap.formats import read_graph, write_graph, write_mapping
-    from procmap.generators import grid_graph
+    from procmap.generators import chung_lu_graph, grid_graph
     from procmap.graph import CommGraph
     from procmap.objective import evaluate
     from procmap.options import COARSENINGS, REFINEMENTS
@@ -78,6 +79,9 @@ def warmup(progress: Progress | None = None, *, gpu: bool = False) -> dict[str, 
     weighted = CommGraph(mesh.xadj, mesh.adjncy, mesh.adjwgt * 0.5, mesh.vwgt)
     machine = Hierarchy.parse("4:8:2", "1:10:100")
     placement = grid_graph((8, 8, 6), weight=2)          # 384 ranks on 384 cores
+    # Matching leaves most of a power-law graph unmatched, so coarsening runs its two-hop
+    # stages (leaves, twins), which meshes never reach.
+    power_law = chung_lu_graph(20_000, avg_degree=8, seed=0)
     cores = Hierarchy.parse("4:8:12", "1:10:100")
 
     with tempfile.TemporaryDirectory(prefix="procmap-warmup-") as tmp:
@@ -101,6 +105,9 @@ def warmup(progress: Progress | None = None, *, gpu: bool = False) -> dict[str, 
         for graph, tag in ((mesh, "integer volumes"), (weighted, "float volumes")):
             for engine in ("im", "hm", "hm-ultra"):
                 step(f"{engine}, {tag}", lambda g=graph, e=engine: map_tasks(g, machine, engine=e))
+        for engine in ("im", "hm"):
+            step(f"{engine}, power-law graph",
+                 lambda e=engine: map_tasks(power_law, machine, engine=e))
         for coarsening in COARSENINGS:
             for refinement in REFINEMENTS:
                 if (coarsening, refinement) != (COARSENINGS[0], REFINEMENTS[0]):

@@ -115,4 +115,26 @@ def test_warmup_fills_the_cache(capsys):
     assert {"readers and writers", "evaluation", "rank placement"} <= steps
     assert {f"{e}, {w} volumes" for e in ("im", "hm", "hm-ultra")
             for w in ("integer", "float")} <= steps
+    assert {"im, power-law graph", "hm, power-law graph"} <= steps
     assert out["cache"] and kernel_cache_is_warm()
+    # another power-law graph compiles nothing more: coarsening's two-hop matching (which
+    # meshes never reach) was compiled too
+    from numba.core import event
+
+    from procmap import map_tasks
+    from procmap.generators import chung_lu_graph
+    from procmap.topology import Hierarchy
+    compiled = []
+
+    class Compiles(event.Listener):
+        def on_start(self, ev):
+            compiled.append(ev.data["dispatcher"].py_func.__name__)
+
+        def on_end(self, ev):
+            pass
+
+    graph = chung_lu_graph(30_000, avg_degree=10, seed=5)
+    with event.install_listener("numba:compile", Compiles()):
+        for engine in ("im", "hm"):
+            map_tasks(graph, Hierarchy.parse("4:8:2"), engine=engine, seed=3)
+    assert compiled == []
