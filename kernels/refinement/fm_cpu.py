@@ -268,9 +268,11 @@ def _search(xadj, adjncy, adjwgt, vwgt, part, bw, lmax, grp, delta, heap, size, 
     prefix. Every move, and every rollback, updates the connectivity ``cache``.
 
     Moves are evaluated by :func:`_row_move` or :func:`_cached_move` by degree, branching
-    here with the cache's arrays unpacked once: a function that takes the cache tuple
-    (even one that reads it only for high-degree vertices) pays reference counting on
-    all of its arrays at every call, which on meshes cost a third of the pass.
+    at each call site with the cache's arrays unpacked once: a function that receives
+    the cache, as a tuple or as arrays, even one inlined here or one that reads it only
+    for high-degree vertices, pays reference counting on its arrays at every
+    evaluation: on meshes, where every evaluation reads the row, that made passes
+    slower than without the cache.
     """
     coff, cnt, cblk, cw, cc, slot = cache
     cached = coff[-1] > 0  # a vertex has slots: moves must update the cache
