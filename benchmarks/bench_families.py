@@ -22,7 +22,7 @@ Every run happens in a child process (multiprocessing, spawn) that is killed aft
 ``--timeout`` seconds, so a pathological case is reported as ``> T s`` (and FAILs)
 instead of hanging the benchmark; the child then is replaced. The child loads the graph
 from the instance cache ($PROCMAP_BENCH_CACHE; the reference graphs are cached there as
-``delref_<n>.npz``) and warms Numba up on a 200 x 150 grid before the timed call, so neither
+``delref_<n>.npz``) and warms Numba up on a 200 x 150 grid and a Chung-Lu graph before the timed call, so neither
 counts. Threads: ``numba.set_num_threads(--threads)`` in the child.
 
     python benchmarks/bench_families.py [--instances rmat17,road17] [--large]
@@ -60,7 +60,7 @@ def _child(conn, threads: int, levels: str, dists: str) -> None:
         numba.set_num_threads(threads)
         import procmap
         from procmap.formats import read_graph
-        from procmap.generators import grid_graph
+        from procmap.generators import chung_lu_graph, grid_graph
         from procmap.objective import max_block_weight
         from procmap.topology import Hierarchy
 
@@ -71,6 +71,11 @@ def _child(conn, threads: int, levels: str, dists: str) -> None:
         warm = grid_graph((200, 150))
         for e in ENGINES:
             procmap.map_tasks(warm, topo, engine=e, device="cpu", seed=0)
+        # and on a power-law graph: its paths (two-hop matching, the streaming start of
+        # a graph that does not coarsen) are not a grid's, as `procmap warmup` does
+        for e in ENGINES:
+            procmap.map_tasks(chung_lu_graph(20000, avg_degree=8), topo, engine=e,
+                              device="cpu", seed=0)
         conn.send(("ready", None))
     except Exception:  # noqa: BLE001
         conn.send(("error", traceback.format_exc()))

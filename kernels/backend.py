@@ -55,8 +55,9 @@ class Backend:
 
     @property
     def runs_sequential_refiners(self) -> bool:
-        """Whether the sequential refiners (FM, localized FM) run on this backend's
-        levels; where they do not, Jet refines alone and longer."""
+        """Whether the sequential steps (FM, localized FM, the streaming start of a graph
+        that does not coarsen) run on this backend's graphs; where they do not, Jet
+        refines alone and longer, and such a graph starts from random."""
         return self.name == "cpu"
 
     def asarray(self, a, dtype=None):

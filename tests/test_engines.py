@@ -9,7 +9,7 @@ from procmap import CommGraph, baselines, evaluate
 from procmap.api import map_tasks
 from procmap.engines.hm import adaptive_imbalance
 from procmap.errors import CapacityError, InputError, TopologyError
-from procmap.generators import grid_graph
+from procmap.generators import chung_lu_graph, grid_graph
 from procmap.kernels.rebalancing.limits_cpu import fit_to_limits
 from procmap.kernels.initial.subgraph_cpu import extract_subgraphs
 from procmap.kernels.refinement.swap_cpu import swap_refine
@@ -348,6 +348,153 @@ def test_random_partition_is_seeded_and_fills_each_share():
     assert equal.max() - equal.min() <= 2 * vwgt.max()
 
 
+@pytest.mark.parametrize("targets", [None, np.array([0.5, 0.25, 0.125, 0.125])])
+def test_stream_partition_is_seeded_and_respects_each_blocks_limit(targets):
+    """The streaming start (Fennel): every vertex in a block, no block above its share of
+    ``lmax``, the same blocks for the same seed; the seed reorders vertices of equal
+    weighted degree only, and a Chung-Lu graph has many."""
+    from procmap.engines.initial import stream_partition
+    g = chung_lu_graph(4000, avg_degree=8, seed=2)
+    k, lmax = 4, 1100 if targets is None else 2100
+    a = stream_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k, lmax, 3, targets)
+    np.testing.assert_array_equal(a, stream_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k,
+                                                      lmax, 3, targets))
+    assert not np.array_equal(a, stream_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k,
+                                                  lmax, 4, targets))
+    share = np.full(k, 0.25) if targets is None else targets
+    assert a.min() >= 0 and a.max() < k
+    assert np.all(np.bincount(a, minlength=k) <= np.floor(lmax * share / share.max()))
+
+
+def test_stream_partition_follows_fennels_rule_vertex_by_vertex():
+    """Reference oracle: the pass equals a plain-Python stream over the same order, in
+    which each vertex joins the block with room that maximises its edge weight to the
+    block minus alpha * gamma * (load / scale)^(gamma - 1) * its weight (ties: lower
+    block), or the block of lowest scaled load when none has room. Float weights,
+    unequal vertex weights and unequal shares."""
+    from procmap.engines.initial import stream_partition
+    from procmap.kernels.initial.stream_cpu import GAMMA
+    rng = np.random.default_rng(5)
+    g = _random_graph(300, 6, 4)
+    adjwgt = rng.random(g.adjncy.size) * 10.0 ** rng.integers(0, 3, g.adjncy.size)
+    vwgt = rng.integers(1, 6, g.n)
+    k, seed = 4, 7
+    targets = np.array([0.4, 0.3, 0.2, 0.1])
+    lmax = math.ceil(1.03 * 0.4 * vwgt.sum())
+    part = stream_partition(g.xadj, g.adjncy, adjwgt, vwgt, k, lmax, seed, targets)
+
+    share = targets / targets.sum()
+    caps = np.floor(lmax * share / share.max())
+    degree = np.array([adjwgt[g.xadj[u]:g.xadj[u + 1]].sum() for u in range(g.n)])
+    shuffled = np.random.default_rng(seed).permutation(g.n)
+    order = sorted(shuffled, key=lambda u: -degree[u])  # stable: ties keep the shuffle
+    alpha = math.sqrt(k) * adjwgt.sum() / 2 / vwgt.sum() ** 1.5
+    expected = np.full(g.n, -1)
+    load = np.zeros(k)
+    for u in order:
+        conn = np.zeros(k)
+        for e in range(g.xadj[u], g.xadj[u + 1]):
+            if expected[g.adjncy[e]] >= 0:
+                conn[expected[g.adjncy[e]]] += adjwgt[e]
+        scaled = load / (k * share)
+        scores = [conn[b] - alpha * GAMMA * scaled[b] ** (GAMMA - 1) * vwgt[u]
+                  if load[b] + vwgt[u] <= caps[b] else -np.inf for b in range(k)]
+        best = int(np.argmax(scores)) if max(scores) > -np.inf else int(np.argmin(scaled))
+        expected[u] = best
+        load[best] += vwgt[u]
+    np.testing.assert_array_equal(part, expected)
+    assert np.all(load <= caps)
+
+
+def test_stream_partition_puts_a_vertex_without_room_in_the_lightest_block():
+    """A vertex heavier than every block's room still gets a block (the lightest: the
+    refinement's rebalancing repairs it), and the others keep to the limit."""
+    from procmap.engines.initial import stream_partition
+    g = _random_graph(200, 4, 1)
+    vwgt = np.ones(g.n, dtype=np.int64)
+    vwgt[7] = 500
+    part = stream_partition(g.xadj, g.adjncy, g.adjwgt, vwgt, 4, 60, 0)
+    loads = np.bincount(part, weights=vwgt, minlength=4)
+    assert loads[part[7]] == 500 + np.count_nonzero(part == part[7]) - 1
+    assert np.all(np.delete(loads, part[7]) <= 60)
+
+
+def test_stream_start_cuts_far_less_than_a_random_one_on_a_power_law_graph():
+    from procmap.engines.initial import random_partition, stream_partition
+    from procmap.kernels.refinement.jet_cpu import cost
+    g = chung_lu_graph(6000, avg_degree=8, seed=3)
+    k = 6
+    lmax = math.ceil(1.03 * g.n / k)
+    one_level = (np.array([k]), np.array([1.0]))
+    stream = stream_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k, lmax, 1)
+    random = random_partition(g.vwgt, k, 1)
+    assert (cost(g.xadj, g.adjncy, g.adjwgt, stream, *one_level)
+            < 0.75 * cost(g.xadj, g.adjncy, g.adjwgt, random, *one_level))
+
+
+def _power_law_with_leaves():
+    """A Chung-Lu core of 5,000 vertices with 20,000 leaves hung on it: matching contracts
+    the leaves for three levels, then stalls on the core at 7,660 vertices, above hm's
+    coarsening target (3,000)."""
+    core = chung_lu_graph(5000, avg_degree=8, seed=1)
+    anchor = np.random.default_rng(0).integers(0, core.n, 20_000)
+    src = np.concatenate([np.repeat(np.arange(core.n), np.diff(core.xadj)),
+                          np.arange(core.n, core.n + anchor.size)])
+    return CommGraph.from_edges(src, np.concatenate([core.adjncy, anchor]), None,
+                                n=core.n + anchor.size)
+
+
+@pytest.mark.parametrize("rule", ["stream", "random"])
+def test_a_coarsest_graph_left_above_the_target_starts_as_the_context_says(monkeypatch, rule):
+    """InitialMappingContext.stalled_start: coarsening stalls a few levels down (as in the
+    deep splits of power-law graphs); with "stream" the coarsest graph starts from the
+    streaming pass and METIS never runs, with "random" (a graph that coarsened a little)
+    from METIS."""
+    from dataclasses import replace
+
+    from procmap.engines import multilevel
+    from procmap.engines.context import preset
+    g = _power_law_with_leaves()
+    calls = []
+    for name in ("metis_partition", "stream_partition", "random_partition"):
+        real = getattr(multilevel, name)
+
+        def record(*args, _real=real, _name=name, **kwargs):
+            calls.append((_name, args[0].size - 1))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(multilevel, name, record)
+    hm = preset("hm")
+    ctx = replace(hm, initial=replace(hm.initial, stalled_start=rule),
+                  schedule=replace(hm.schedule, vcycles=(0,)))
+    k = 6
+    lmax = math.ceil(1.03 * g.n / k)
+    part = multilevel.kway_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k, lmax, eps=0.03,
+                                     seed=1, ctx=ctx)
+    assert np.bincount(part, minlength=k).max() <= lmax
+    assert len(calls) == 1
+    name, size = calls[0]
+    assert ctx.coarsening.target(k) < size < g.n
+    assert name == {"stream": "stream_partition", "random": "metis_partition"}[rule]
+
+
+@pytest.mark.parametrize("start", ["stream", "random", "metis"])
+def test_every_stalled_start_gives_a_valid_deterministic_mapping(start):
+    from dataclasses import replace
+
+    from procmap.engines.context import preset
+    g = chung_lu_graph(6000, avg_degree=8, seed=3)
+    h = Hierarchy.parse("4:4:2", "1:10:100")
+    hm = preset("hm")
+    ctx = replace(hm, initial=replace(hm.initial, stalled_start=start))
+    a = map_tasks(g, h, context=ctx, device="cpu", seed=2)
+    b = map_tasks(g, h, context=ctx, device="cpu", seed=2)
+    assert a.evaluation.valid
+    np.testing.assert_array_equal(a.pes, b.pes)
+    with pytest.raises(ValueError, match="stalled_start"):
+        replace(hm.initial, stalled_start="fennel")
+
+
 @pytest.mark.parametrize("engine", ["hm", "im"])
 def test_engines_on_a_graph_that_does_not_coarsen(engine):
     """Coarsening stops at the input: the initial mapping sees the whole graph, and the
@@ -361,9 +508,9 @@ def test_engines_on_a_graph_that_does_not_coarsen(engine):
     assert a.evaluation.J < 0.9 * evaluate(g, h, baselines.random(g.n, h, seed=0)).J
 
 
-def test_a_split_that_does_not_coarsen_starts_at_random_without_v_cycles(monkeypatch):
+def test_a_split_that_does_not_coarsen_starts_without_metis_or_v_cycles(monkeypatch):
     """hm-ultra's top split of a graph that keeps its edges under matching: no METIS call
-    on it (a random start), no V-cycle, which would coarsen it again for nothing and
+    on it (the streaming start), no V-cycle, which would coarsen it again for nothing and
     refine the same graph again, and no ultra schedule (17 Jet passes over the whole
     graph, for nothing on such graphs). Observed through the phases' interfaces:
     coarsening, the initial partitioner and the uncoarsening loop."""

@@ -37,6 +37,10 @@ __all__ = ["CoarseningContext", "RefinementContext", "FMContext", "LocalFMContex
            "Context", "PRESETS", "preset"]
 
 
+#: The starts of a graph whose coarsening stalled (:attr:`InitialMappingContext.stalled_start`).
+STALLED_STARTS = ("stream", "random", "metis")
+
+
 def _per_depth(values: tuple, depth: int):
     """The entry of a per-split-depth tuple for ``depth`` (deeper splits use the last)."""
     return values[min(depth, len(values) - 1)]
@@ -367,18 +371,34 @@ class InitialMappingContext:
         multisection of the whole graph cannot afford :attr:`multisection`'s tries,
         and ``im`` then costs one ``hm`` run plus its refinement. ``None``:
         :attr:`multisection`.
-    ``random_start``
-        A graph that did not coarsen (above the coarsening target, yet not one coarse
-        level: :attr:`CoarseningContext.max_edge_keep`) starts from a seeded random
-        balanced partition instead of METIS's. Such graphs are power-law graphs: METIS
-        coarsens them as badly as matching here does, so it is slow (and serial, one
-        call at a time), and its partition is far from what Jet and FM refine a random
-        start to anyway. ``False``: METIS.
+    ``stalled_start``
+        The start of a coarsest graph that coarsening left above its target: levels
+        stopped shrinking in edges (:attr:`CoarseningContext.max_edge_keep`), in
+        practice on power-law graphs, whether at the input itself or a few levels down
+        (the subgraphs of ``hm``'s deep splits). METIS coarsens such graphs as badly as
+        matching here does, so it is slow, and serial (one call at a time in the
+        process).
+
+        * ``"stream"``: one streaming pass (Fennel,
+          :func:`procmap.engines.initial.stream_partition`) that places hubs first and
+          every vertex with the placed neighbours it has most edge weight to, under a
+          load cost. Jet then starts near a local optimum instead of spending dozens of
+          iterations pulling a random partition together and rebalancing what label
+          propagation overloads. The pass is sequential, so a graph on the GPU starts
+          as with ``"random"``, where Jet refines in parallel.
+        * ``"random"``: a graph that did not coarsen at all starts from a seeded random
+          balanced partition; one that coarsened a little, from METIS.
+        * ``"metis"``: METIS, as for any coarsest graph.
     """
 
     multisection: Context | None = None
     uncoarsened: Context | None = None
-    random_start: bool = True
+    stalled_start: str = "stream"
+
+    def __post_init__(self):
+        if self.stalled_start not in STALLED_STARTS:
+            raise ValueError(f"stalled_start must be one of {STALLED_STARTS}, "
+                             f"got {self.stalled_start!r}")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Initial partitioning of a (coarsest) graph on the CPU with METIS (pymetis).
+"""Initial partitioning of a (coarsest) graph on the CPU with METIS (pymetis), and the
+starts of a graph whose coarsening stalled (streaming or random).
 
 METIS wants positive integer weights that fit its 32-bit index type, so float or
 huge volumes are rescaled; the partition, not the weights, is what we keep.
@@ -73,6 +74,41 @@ def metis_partition(xadj, adjncy, adjwgt, vwgt, k: int, eps: float, seed: int,
         _, parts = pymetis.part_graph(k, graph, vweights=vw, eweights=eweights, tpwgts=tp,
                                       options=opts)
     return np.asarray(parts, dtype=np.int32)
+
+
+def stream_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, seed: int,
+                     targets: np.ndarray | None = None) -> np.ndarray:
+    """Seeded streaming partition into ``k`` blocks (int32, Fennel): the vertices, by
+    descending weighted degree (ties in a seeded random order), each join the block
+    that holds most of its edge weight among those already placed, less a cost of the
+    block's load (:mod:`procmap.kernels.initial.stream_cpu`). The start of a graph whose
+    coarsening stalled (:attr:`~procmap.engines.context.InitialMappingContext.stalled_start`).
+
+    A block ``b`` takes at most ``lmax * share[b] / max(share)`` (``targets``: the
+    shares, as in :func:`metis_partition`; equal by default), unless no block has room
+    for a vertex. Fennel's load cost is ``alpha * L^1.5`` with
+    ``alpha = sqrt(k) * W_e / W_v^1.5`` (``W_e``: the total undirected edge weight,
+    ``W_v``: the total vertex weight), the paper's choice for ``k`` balanced blocks.
+
+    Hubs go first: placed early, they pull their many neighbours into their blocks, and
+    the dense core of a power-law graph stays together. A random order would leave each
+    early vertex without placed neighbours, and the pass would be little better than a
+    random partition.
+    """
+    from procmap.kernels.initial.stream_cpu import fennel
+
+    n = xadj.size - 1
+    share = np.full(k, 1.0 / k) if targets is None else np.asarray(targets, float) / np.sum(targets)
+    caps = np.floor(lmax * share / share.max()).astype(np.int64)
+    row_ends = np.concatenate(([0.0], np.cumsum(adjwgt, dtype=np.float64)))[xadj]
+    weighted_degree = np.diff(row_ends)
+    shuffled = np.random.default_rng(seed).permutation(n)
+    order = shuffled[np.argsort(-weighted_degree[shuffled], kind="stable")]
+    total_v = float(np.sum(vwgt))
+    alpha = np.sqrt(k) * float(np.sum(adjwgt)) / 2.0 / total_v ** 1.5 if total_v > 0 else 0.0
+    # float edge weights whatever the graph's: one compiled specialization
+    return fennel(xadj, adjncy, np.asarray(adjwgt, dtype=np.float64), vwgt, order, caps,
+                  k * share, alpha)
 
 
 def random_partition(vwgt: np.ndarray, k: int, seed: int,

@@ -6,7 +6,9 @@ The three phases are kept apart, KaMinPar-style:
    leaf / twin / relative matching when too many vertices stay single) and hash
    contraction, until at most ``CoarseningContext.target(k)`` vertices remain or a
    level stops shrinking;
-2. *initial partitioning* of the coarsest graph with METIS (pymetis, on the host);
+2. *initial partitioning* of the coarsest graph with METIS (pymetis, on the host), or,
+   where coarsening stalled above its target (power-law graphs), a streaming pass
+   (``InitialMappingContext.stalled_start``);
 3. *refinement* while uncoarsening: Jet label propagation with the afterburner,
    weak then strong rebalancing (non-ultra: filter 0.75 on coarse levels, 0.25 on
    the finest; ultra: the 17 ratios 0.85 .. 0.05 on every level), then k-way FM
@@ -44,7 +46,7 @@ from procmap.kernels.backend import threading_layer, to_host
 from procmap.options import COARSENINGS, REFINEMENTS  # noqa: F401  (re-exported)
 
 from .context import CoarseningContext, Context, DeviceContext, preset
-from .initial import metis_partition, random_partition
+from .initial import metis_partition, random_partition, stream_partition
 from .uncoarsen import LevelPlan, uncoarsen
 
 
@@ -280,7 +282,8 @@ def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=No
     graph again from ``start`` with another seed. ``try_coarsening=False``: the graph is
     known not to coarsen (:attr:`SplitSchedule.coarsen`), the cycle starts at once as if
     it had not. A cycle that did not coarsen refines without the ultra schedule
-    (``plan.ultra`` is ignored).
+    (``plan.ultra`` is ignored). A coarsest graph above the target (coarsening stalled)
+    starts as :attr:`InitialMappingContext.stalled_start` says, any other from METIS.
     """
     p = problem
     target = ctx.coarsening.target(p.k)
@@ -297,9 +300,13 @@ def _vcycle(problem: Problem, ctx: Context, plan: LevelPlan, seed: int, start=No
         plan = replace(plan, ultra=False)
     coarsest = levels[-1]
     be = backend.of(coarsest.xadj)
+    rule = ctx.initial.stalled_start
     if start is not None:
         part = coarsest.part
-    elif ctx.initial.random_start and uncoarsened:
+    elif coarsest.n > target and rule == "stream" and be.runs_sequential_refiners:
+        part = stream_partition(coarsest.xadj, coarsest.adjncy, coarsest.adjwgt, coarsest.vwgt,
+                                p.k, p.lmax, seed, p.targets)
+    elif uncoarsened and rule != "metis":  # random, or a stream on the GPU
         part = be.asarray(random_partition(to_host(coarsest.vwgt), p.k, seed, p.targets))
     else:
         host = [to_host(a) for a in (coarsest.xadj, coarsest.adjncy, coarsest.adjwgt,
