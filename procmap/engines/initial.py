@@ -95,20 +95,18 @@ def stream_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, seed: int,
     early vertex without placed neighbours, and the pass would be little better than a
     random partition.
     """
-    from procmap.kernels.initial.stream_cpu import fennel
+    from procmap.kernels.initial.stream_cpu import fennel, weighted_degrees
 
     n = xadj.size - 1
     share = np.full(k, 1.0 / k) if targets is None else np.asarray(targets, float) / np.sum(targets)
     caps = np.floor(lmax * share / share.max()).astype(np.int64)
-    row_ends = np.concatenate(([0.0], np.cumsum(adjwgt, dtype=np.float64)))[xadj]
-    weighted_degree = np.diff(row_ends)
+    adjwgt = np.asarray(adjwgt, dtype=np.float64)  # whatever the graph's: one specialization
+    degree = weighted_degrees(xadj, adjwgt)
     shuffled = np.random.default_rng(seed).permutation(n)
-    order = shuffled[np.argsort(-weighted_degree[shuffled], kind="stable")]
+    order = shuffled[np.argsort(-degree[shuffled], kind="stable")]
     total_v = float(np.sum(vwgt))
-    alpha = np.sqrt(k) * float(np.sum(adjwgt)) / 2.0 / total_v ** 1.5 if total_v > 0 else 0.0
-    # float edge weights whatever the graph's: one compiled specialization
-    return fennel(xadj, adjncy, np.asarray(adjwgt, dtype=np.float64), vwgt, order, caps,
-                  k * share, alpha)
+    alpha = np.sqrt(k) * float(degree.sum()) / 2.0 / total_v ** 1.5 if total_v > 0 else 0.0
+    return fennel(xadj, adjncy, adjwgt, vwgt, order, caps, k * share, alpha)
 
 
 def random_partition(vwgt: np.ndarray, k: int, seed: int,
