@@ -593,14 +593,20 @@ def test_small_subgraphs_split_in_the_calling_thread_with_the_same_result(monkey
 
 
 def test_im_on_a_graph_that_does_not_coarsen_refines_hms_mapping():
-    """With no coarse level, im maps the input with plain hm (InitialMappingContext.
-    uncoarsened: same pipeline and seed as the hm engine) and refines J from there."""
+    """With no coarse level, im maps the input with an hm pipeline (InitialMappingContext.
+    uncoarsened: hm without FM) and refines J from there: never worse than that
+    pipeline run alone with the same seed, and close to plain hm."""
+    from procmap.engines.context import preset
     g = _random_graph(6000, 16, 2)
     h = Hierarchy.parse("4:4:2", "1:10:100")
+    uncoarsened = preset("im").initial.uncoarsened
+    assert uncoarsened.fm.passes == 0
+    start = map_tasks(g, h, context=uncoarsened, device="cpu", seed=5)
     hm = map_tasks(g, h, engine="hm", device="cpu", seed=5)
     im = map_tasks(g, h, engine="im", device="cpu", seed=5)
     assert im.evaluation.valid
-    assert im.evaluation.J <= hm.evaluation.J
+    assert im.evaluation.J < start.evaluation.J
+    assert im.evaluation.J <= 1.01 * hm.evaluation.J
 
 
 def test_im_does_not_coarsen_again_a_graph_it_saw_not_coarsen(monkeypatch):
@@ -624,7 +630,7 @@ def test_im_does_not_coarsen_again_a_graph_it_saw_not_coarsen(monkeypatch):
     splits_coarsening_whole.clear()
     im = map_tasks(g, h, engine="im", device="cpu", seed=5)
     assert not splits_coarsening_whole
-    assert im.evaluation.valid and im.evaluation.J <= hm.evaluation.J
+    assert im.evaluation.valid and im.evaluation.J <= 1.01 * hm.evaluation.J
 
 
 @pytest.mark.parametrize("local_fm", [False, True])

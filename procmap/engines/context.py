@@ -369,7 +369,8 @@ class InitialMappingContext:
         The ``hm`` pipeline that maps ``im``'s graph when coarsening stopped at the
         input itself (power-law graphs, :attr:`CoarseningContext.max_edge_keep`): a
         multisection of the whole graph cannot afford :attr:`multisection`'s tries,
-        and ``im`` then costs one ``hm`` run plus its refinement. ``None``:
+        and ``im`` then costs one ``hm`` run plus its refinement (``im``'s preset: ``hm``
+        without FM, since that refinement runs FM on the whole graph). ``None``:
         :attr:`multisection`.
     ``stalled_start``
         The start of a coarsest graph that coarsening left above its target: levels
@@ -641,6 +642,11 @@ _IM_INITIAL = Context(
     schedule=SplitSchedule(tries=(2, 1), vcycles=(1, 0), ultra_depth=0),
 )
 
+#: ``im``'s mapping of a graph that did not coarsen (power-law): ``hm`` without FM. im's
+#: J refinement of the whole graph runs FM right after it, with the J gain; cut FM in
+#: every split before it would do much of the same work, serially, twice.
+_IM_UNCOARSENED = replace(_HM, fm=replace(_HM.fm, passes=0))
+
 #: ``im``: coarsen the whole graph to 128 vertices per PE, map it with hm, then refine J
 #: on every level, top-down: the nodes and processors as groups, then the PEs; each with
 #: a short Jet (FM follows and does the rest), then longer FM passes than hm's, since
@@ -657,7 +663,7 @@ _IM = Context(
     fm=FMContext(passes=10, stall_divisor=50, min_gain=0.001, max_work=6.0,
                  fm_only_min_n=None),
     local_fm=LocalFMContext(depth=0),
-    initial=InitialMappingContext(multisection=_IM_INITIAL, uncoarsened=_HM),
+    initial=InitialMappingContext(multisection=_IM_INITIAL, uncoarsened=_IM_UNCOARSENED),
     placement=PlacementContext(multistart_n=512, extra=_HM_ULTRA,
                                extra_starts=((512, 4), (2048, 2), (8192, 1)),
                                polish_group=32),
