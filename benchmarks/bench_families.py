@@ -27,6 +27,9 @@ counts. Threads: ``numba.set_num_threads(--threads)`` in the child.
 
     python benchmarks/bench_families.py [--instances rmat17,road17] [--large]
         [--engines hm,hm-ultra,im] [--threads 2] [--timeout 120] [--seed 1] [--eps 0.03]
+
+An engine may be a variant of a preset (benchmarks/variants.py), run beside it in the same
+worker: ``--engines 'hm,hm[initial.stalled_start=random]'``.
         [--factor 3] [--json out.json]
 
 Default instances: the 2^17 set (``instances.FAMILIES_SMALL``); ``--large`` the 2^20 set.
@@ -43,6 +46,8 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from variants import context_of, split_specs  # noqa: E402
 
 LEVELS = "4:8:6"
 DISTS = "1:10:100"
@@ -92,7 +97,8 @@ def _child(conn, threads: int, levels: str, dists: str) -> None:
                 graphs[path] = read_graph(path)
             g = graphs[path]
             t0 = time.perf_counter()
-            m = procmap.map_tasks(g, topo, engine=engine, eps=eps, seed=seed, device="cpu")
+            how = {"engine": engine} if engine in ENGINES else {"context": context_of(engine)}
+            m = procmap.map_tasks(g, topo, eps=eps, seed=seed, device="cpu", **how)
             t = time.perf_counter() - t0
             ev = m.evaluation
             conn.send(("ok", {"time": t, "J": int(ev.J), "cut": int(ev.cut), "valid": bool(ev.valid),
@@ -207,7 +213,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--instances", help="comma-separated instance names (default: the 2^17 family set)")
     ap.add_argument("--large", action="store_true", help="the 2^20 family set (added to --instances)")
-    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--engines", default=",".join(ENGINES),
+                    help="presets or variants, e.g. 'hm,hm[initial.stalled_start=random]'")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per mapping call")
     ap.add_argument("--eps", type=float, default=0.03)
@@ -228,9 +235,13 @@ def main() -> None:
     bad = [x for x in names if x not in INSTANCES]
     if bad:
         raise SystemExit(f"unknown instance(s) {', '.join(bad)}; known: {', '.join(INSTANCES)}")
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if any(e not in ENGINES for e in engines):
-        raise SystemExit(f"engines are {', '.join(ENGINES)}")
+    engines = split_specs(args.engines)
+    for e in engines:
+        try:
+            context_of(e)
+        except ValueError as exc:
+            raise SystemExit(f"{exc}; engines are {', '.join(ENGINES)} or variants of them "
+                             "(benchmarks/variants.py)") from None
 
     env = environment()
     worker = Worker(args.threads, LEVELS, DISTS)

@@ -204,3 +204,29 @@ def test_registry():
         assert fn().n == n
     assert patterns.dims_create(1024, 3) == (16, 8, 8)
     assert patterns.dims_create(4096, 2) == (64, 64)
+
+
+# ----------------------------------------------------------------------------- variants
+def test_engine_variants_replace_nested_context_fields():
+    import variants
+    from procmap.engines.context import preset
+
+    assert variants.split_specs("hm, im[fm.max_work=3;initial.stalled_start=random],hm-ultra") == [
+        "hm", "im[fm.max_work=3;initial.stalled_start=random]", "hm-ultra"]
+    assert variants.split_specs("hm[schedule.tries=(2, 1)],im") == ["hm[schedule.tries=(2, 1)]", "im"]
+    assert variants.context_of("hm") == preset("hm")
+    ctx = variants.context_of("im[fm.max_work=3;initial.uncoarsened.fm.passes=4;"
+                              "initial.stalled_start=random]")
+    im = preset("im")
+    assert ctx.fm.max_work == 3 and ctx.fm.passes == im.fm.passes
+    assert ctx.initial.uncoarsened.fm.passes == 4
+    assert ctx.initial.stalled_start == "random" and ctx.initial.multisection == im.initial.multisection
+    assert variants.context_of("hm[schedule.tries=(2, 1)]").schedule.tries == (2, 1)
+
+
+@pytest.mark.parametrize("spec", ["hm[fm.no_such_field=1]", "hm[fm.passes]", "hm[fm.passes=1",
+                                  "nosuch", "hm[initial.stalled_start=fennel]"])
+def test_engine_variants_reject_what_they_cannot_build(spec):
+    import variants
+    with pytest.raises(ValueError):
+        variants.context_of(spec)

@@ -390,6 +390,9 @@ class InitialMappingContext:
         * ``"random"``: a graph that did not coarsen at all starts from a seeded random
           balanced partition; one that coarsened a little, from METIS.
         * ``"metis"``: METIS, as for any coarsest graph.
+
+        It acts in ``hm`` pipelines; ``im``'s coarsest graph is mapped by its nested ones
+        (:attr:`multisection`, :attr:`uncoarsened`), whose own settings apply.
     """
 
     multisection: Context | None = None
