@@ -22,7 +22,7 @@ MACHINE = Hierarchy.parse("2:3:4", "1:10:100")
 PLACEMENT = grid_graph((4, 3, 2))  # n == slots of MACHINE: rank placement
 
 CLASSES = [cx.CoarseningContext, cx.RefinementContext, cx.FMContext, cx.LocalFMContext,
-           cx.SplitSchedule, cx.InitialMappingContext, cx.PlacementContext,
+           cx.FlowContext, cx.SplitSchedule, cx.InitialMappingContext, cx.PlacementContext,
            cx.DeviceContext, cx.Context]
 
 
@@ -86,6 +86,10 @@ def test_kernel_defaults_match_the_context():
             assert r.filters(ultra=ultra, finest=finest) == jet_cpu.filter_schedule(
                 ultra=ultra, finest=finest)
     assert cx.DeviceContext().auto_gpu_min_edges == AUTO_GPU_MIN_EDGES
+    from procmap.kernels.refinement.flow_cpu import flow_refine
+    defaults = flow_refine.__kwdefaults__
+    assert (defaults["alpha"], defaults["rounds"]) == (cx.FlowContext().alpha,
+                                                       cx.FlowContext().rounds)
 
 
 def test_names_no_longer_collide():

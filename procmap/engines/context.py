@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from procmap.options import AUTO_GPU_MIN_EDGES, COARSENINGS, REFINEMENTS
 
 __all__ = ["CoarseningContext", "RefinementContext", "FMContext", "LocalFMContext",
-           "SplitSchedule", "InitialMappingContext", "PlacementContext", "DeviceContext",
+           "FlowContext", "SplitSchedule", "InitialMappingContext", "PlacementContext", "DeviceContext",
            "Context", "PRESETS", "preset"]
 
 
@@ -316,6 +316,33 @@ class LocalFMContext:
 
 
 @dataclass(frozen=True)
+class FlowContext:
+    """Max-flow refinement of the cut after FM (KaFFPa's pairwise flows,
+    ``kernels/refinement/flow_cpu.py``): per pair of adjacent blocks, a minimum s-t cut
+    of a region grown around their border. Host levels of ``hm`` splits (the edge cut;
+    J moves change distances to third blocks, which a pair's flow does not see).
+
+    ``depth``
+        Splits shallower than this depth run it on every host level (0: none).
+    ``alpha``
+        A region may take up to ``alpha`` times the room the other block has under
+        ``lmax`` (KaFFPa's adaptive regions: a minimum cut that then overloads a block is
+        not taken, and the pair tries again with half, down to 1, where every cut fits).
+        Larger regions find more: the border can move further than one block's room.
+    ``rounds``
+        Passes over the block pairs per level; a round that improves nothing ends them.
+    """
+
+    depth: int = 0
+    alpha: float = 4.0
+    rounds: int = 2
+
+    def __post_init__(self):
+        if self.alpha < 1.0:
+            raise ValueError(f"flow alpha must be at least 1, got {self.alpha}")
+
+
+@dataclass(frozen=True)
 class SplitSchedule:
     """Effort per multisection split, by split depth (0: the top split, whose cut
     crosses the most expensive links; deeper splits use the last entry).
@@ -539,6 +566,8 @@ class Context:
         :class:`FMContext`: FM passes after label propagation on host levels.
     ``local_fm``
         :class:`LocalFMContext`: localized FM after the passes (``hm`` splits).
+    ``flow``
+        :class:`FlowContext`: max-flow refinement of the cut after FM (``hm`` splits).
     ``schedule``
         :class:`SplitSchedule`: tries, V-cycles and ultra levels per split depth
         (``hm`` pipelines).
@@ -563,6 +592,7 @@ class Context:
     refinement: RefinementContext = field(default_factory=RefinementContext)
     fm: FMContext = field(default_factory=FMContext)
     local_fm: LocalFMContext = field(default_factory=LocalFMContext)
+    flow: FlowContext = field(default_factory=FlowContext)
     schedule: SplitSchedule = field(default_factory=SplitSchedule)
     initial: InitialMappingContext = field(default_factory=InitialMappingContext)
     placement: PlacementContext = field(default_factory=PlacementContext)
@@ -628,11 +658,13 @@ _HM = Context(
 )
 
 #: ``hm-ultra``: more tries and V-cycles where the cut is expensive (the top splits),
-#: Jet's ultra schedule on the two top levels of splits, Jet's own patience.
+#: Jet's ultra schedule on the two top levels of splits, Jet's own patience, and
+#: max-flow refinement after FM in the splits of the three top levels.
 _HM_ULTRA = Context(
     name="hm-ultra",
     refinement=RefinementContext(patience=12),
     schedule=SplitSchedule(tries=(4, 2, 1), vcycles=(3, 1, 0), ultra_depth=2),
+    flow=FlowContext(depth=3),
 )
 
 #: ``im``'s initial mapping: hm on the coarsest graph, with tries and V-cycles on its

@@ -187,7 +187,8 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     # localized FM only where the whole split runs on the host: after it, GPU levels
     # refine by Jet alone, where localized FM on the host levels made J worse
     plan = LevelPlan(ultra=ctx.schedule.ultra_at(depth),
-                     local_fm=depth < ctx.local_fm.depth and be.runs_sequential_refiners)
+                     local_fm=depth < ctx.local_fm.depth and be.runs_sequential_refiners,
+                     flow=depth < ctx.flow.depth)
     vcycles = ctx.schedule.vcycles_at(depth)
 
     def attempt(i):

@@ -13,7 +13,9 @@ calls :func:`refine_level`, which runs the context's refinement chain there:
    pass per filter ratio of the level, or G-kway's ISR; with Jet's weak and strong
    rebalancing;
 2. global FM passes (:class:`~procmap.engines.context.FMContext`), on host levels;
-3. localized FM searches (:class:`~procmap.engines.context.LocalFMContext`), where the
+3. max-flow refinement of the cut (:class:`~procmap.engines.context.FlowContext`), on
+   host levels where the plan asks for it;
+4. localized FM searches (:class:`~procmap.engines.context.LocalFMContext`), where the
    plan asks for them.
 
 The objective is the edge cut (``prefix = [k]``, ``dist = [1]``) or J for the
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from procmap.kernels import backend
+from procmap.kernels.refinement.flow_cpu import flow_refine
 from procmap.kernels.refinement.fm_cpu import fm_refine, local_fm_refine
 
 if TYPE_CHECKING:
@@ -47,6 +50,9 @@ class LevelPlan:
     ``local_fm``
         Localized FM after the global passes, on host levels of at most
         :attr:`LocalFMContext.max_n` vertices.
+    ``flow``
+        Max-flow refinement of the cut (:class:`FlowContext`) after FM, on host levels
+        of a cut objective.
     ``polish_finest``
         The finest level, when it is on the GPU, refines with the polish patience and
         phi (:attr:`RefinementContext.polish_patience`): ``im``'s last step. ``hm``'s
@@ -56,6 +62,7 @@ class LevelPlan:
     ultra: bool = False
     local_fm: bool = False
     polish_finest: bool = False
+    flow: bool = False
 
 
 def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan, *,
@@ -93,16 +100,19 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
                                     dist, seed=seed, max_iters=patience, start_iters=start,
                                     phi=phi, max_weak=ref.max_weak,
                                     filter_ratio=ref.single_pass_filter)
+    # the refiners' gains count one direction of each edge: value / 2 is their scale
     if host_fm:
-        # a pass's gain counts one direction of each edge: value / 2 is its scale
         value -= 2.0 * fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax, prefix, dist,
                                  max_passes=fm.passes, max_stall=fm.max_stall(g.n),
                                  min_gain=fm.min_gain * value / 2 if fm.min_gain else 0.0,
                                  max_work=fm.max_work)
-        if plan.local_fm and g.n <= lfm.max_n:
-            value -= 2.0 * local_fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
-                                           prefix, dist, max_stall=lfm.stall,
-                                           max_rounds=lfm.rounds, max_work=lfm.max_work)
+    if plan.flow and be.runs_sequential_refiners and prefix.size == 1:
+        value -= 2.0 * flow_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                   alpha=ctx.flow.alpha, rounds=ctx.flow.rounds)
+    if host_fm and plan.local_fm and g.n <= lfm.max_n:
+        value -= 2.0 * local_fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
+                                       prefix, dist, max_stall=lfm.stall,
+                                       max_rounds=lfm.rounds, max_work=lfm.max_work)
     return part, value
 
 
