@@ -88,7 +88,7 @@ def test_kernel_defaults_match_the_context():
     assert cx.DeviceContext().auto_gpu_min_edges == AUTO_GPU_MIN_EDGES
     from procmap.kernels.refinement.flow_cpu import flow_refine
     defaults = flow_refine.__kwdefaults__
-    assert (defaults["alpha"], defaults["rounds"]) == (cx.FlowContext().alpha,
+    assert (defaults["alpha"], defaults["rounds"]) == (cx.FlowContext(depth=1).alpha_at(0),
                                                        cx.FlowContext().rounds)
 
 

@@ -183,7 +183,9 @@ def test_the_pipeline_runs_flows_where_the_context_asks(seed):
     assert np.array_equal(parts[1], parts[2])      # deterministically
     assert np.bincount(parts[1], minlength=6).max() <= lmax
     with pytest.raises(ValueError, match="alpha"):
-        replace(hm.flow, alpha=0.5)
+        replace(hm.flow, alpha=(4.0, 0.5))
+    deep = replace(hm.flow, depth=2, alpha=(8.0, 4.0))
+    assert [deep.alpha_at(d) for d in range(4)] == [8.0, 4.0, 0.0, 0.0]
 
 
 def test_hm_ultra_maps_with_flows_validly():

@@ -325,21 +325,26 @@ class FlowContext:
     ``depth``
         Splits shallower than this depth run it on every host level (0: none).
     ``alpha``
-        A region may take up to ``alpha`` times the room the other block has under
-        ``lmax`` (KaFFPa's adaptive regions: a minimum cut that then overloads a block is
-        not taken, and the pair tries again with half, down to 1, where every cut fits).
-        Larger regions find more: the border can move further than one block's room.
+        Per split depth (deeper splits use the last): a region may take up to ``alpha``
+        times the room the other block has under ``lmax`` (KaFFPa's adaptive regions: a
+        minimum cut that then overloads a block is not taken, and the pair tries again
+        with half, down to 1, where every cut fits). Larger regions find more, the
+        border can move further than one block's room, and cost more.
     ``rounds``
         Passes over the block pairs per level; a round that improves nothing ends them.
     """
 
     depth: int = 0
-    alpha: float = 4.0
+    alpha: tuple[float, ...] = (4.0,)
     rounds: int = 2
 
     def __post_init__(self):
-        if self.alpha < 1.0:
-            raise ValueError(f"flow alpha must be at least 1, got {self.alpha}")
+        if not self.alpha or min(self.alpha) < 1.0:
+            raise ValueError(f"flow alpha must be at least 1 at every depth, got {self.alpha}")
+
+    def alpha_at(self, depth: int) -> float:
+        """The region factor of a split at ``depth``; 0 where the split runs no flows."""
+        return float(_per_depth(self.alpha, depth)) if depth < self.depth else 0.0
 
 
 @dataclass(frozen=True)

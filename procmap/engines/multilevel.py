@@ -188,7 +188,7 @@ def kway_partition(xadj, adjncy, adjwgt, vwgt, k: int, lmax: int, *, eps: float,
     # refine by Jet alone, where localized FM on the host levels made J worse
     plan = LevelPlan(ultra=ctx.schedule.ultra_at(depth),
                      local_fm=depth < ctx.local_fm.depth and be.runs_sequential_refiners,
-                     flow=depth < ctx.flow.depth)
+                     flow=ctx.flow.alpha_at(depth))
     vcycles = ctx.schedule.vcycles_at(depth)
 
     def attempt(i):

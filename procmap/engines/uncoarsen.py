@@ -52,7 +52,7 @@ class LevelPlan:
         :attr:`LocalFMContext.max_n` vertices.
     ``flow``
         Max-flow refinement of the cut (:class:`FlowContext`) after FM, on host levels
-        of a cut objective.
+        of a cut objective, with this region factor ``alpha`` (0: none).
     ``polish_finest``
         The finest level, when it is on the GPU, refines with the polish patience and
         phi (:attr:`RefinementContext.polish_patience`): ``im``'s last step. ``hm``'s
@@ -62,7 +62,7 @@ class LevelPlan:
     ultra: bool = False
     local_fm: bool = False
     polish_finest: bool = False
-    flow: bool = False
+    flow: float = 0.0
 
 
 def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan, *,
@@ -108,7 +108,7 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
                                  max_work=fm.max_work)
     if plan.flow and be.runs_sequential_refiners and prefix.size == 1:
         value -= 2.0 * flow_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
-                                   alpha=ctx.flow.alpha, rounds=ctx.flow.rounds)
+                                   alpha=plan.flow, rounds=ctx.flow.rounds)
     if host_fm and plan.local_fm and g.n <= lfm.max_n:
         value -= 2.0 * local_fm_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
                                        prefix, dist, max_stall=lfm.stall,
