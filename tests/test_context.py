@@ -100,7 +100,7 @@ def test_names_no_longer_collide():
     assert im.coarsening.factor == 128 and im.coarsening.min_vertices == 0
     assert im.initial.multisection.coarsening.factor == 8
     assert isinstance(hm.refinement.patience, int) and isinstance(im.refinement.patience, int)
-    assert hm.schedule.tries_at(5) == 1 and preset("hm-ultra").schedule.tries_at(0) == 4
+    assert hm.schedule.tries_at(5) == 1 and preset("hm-ultra").schedule.tries_at(0) == 5
 
 
 @pytest.mark.parametrize("engine", ["hm", "hm-ultra", "im", "auto"])

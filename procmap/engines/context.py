@@ -668,7 +668,7 @@ _HM = Context(
 _HM_ULTRA = Context(
     name="hm-ultra",
     refinement=RefinementContext(patience=12),
-    schedule=SplitSchedule(tries=(4, 2, 1), vcycles=(3, 1, 0), ultra_depth=2),
+    schedule=SplitSchedule(tries=(5, 2, 1), vcycles=(3, 1, 0), ultra_depth=2),
     flow=FlowContext(depth=3),
 )
 
