@@ -58,6 +58,7 @@ def _flow_rounds(xadj, adjncy, adjwgt, vwgt, part, k, lmax, alpha, rounds, scale
     for v in range(n):
         loads[part[v]] += vwgt[v]
     local = np.full(n, -1, dtype=np.int64)  # region-local ids; -1 outside every region
+    region = np.empty(n, dtype=np.int64)    # the current pair's region (scratch)
     total = 0.0
     for _ in range(rounds):
         boundary = np.empty(n, dtype=np.int64)
@@ -82,7 +83,7 @@ def _flow_rounds(xadj, adjncy, adjwgt, vwgt, part, k, lmax, alpha, rounds, scale
             if pair_cut[idx] <= 0.0:
                 break
             gained += _refine_pair(xadj, adjncy, adjwgt, vwgt, part, loads, lmax, idx // k,
-                                   idx % k, alpha, scale, boundary, local)
+                                   idx % k, alpha, scale, boundary, local, region)
         total += gained
         if gained <= 0.0:
             break
@@ -335,15 +336,14 @@ def _gain(xadj, adjncy, adjwgt, part, region, r, to_a, a, b, local):
 
 @nb.njit(cache=True, nogil=True)
 def _refine_pair(xadj, adjncy, adjwgt, vwgt, part, loads, lmax, a, b, alpha, scale, boundary,
-                 local):
+                 local, region):
     """One pair's flow step; applies the best change to ``part`` and ``loads`` and
-    returns its gain (0 where it keeps the border)."""
+    returns its gain (0 where it keeps the border). ``region`` is scratch of ``n``."""
     seeds_a = _seeds(xadj, adjncy, part, boundary, a, b)
     seeds_b = _seeds(xadj, adjncy, part, boundary, b, a)
     if seeds_a.size == 0:
         return 0.0  # an earlier pair of this round moved the border away
     avg = loads.sum() / loads.size
-    region = np.empty(part.size, dtype=np.int64)
     old_max = max(loads[a], loads[b])
     while True:
         room = avg + alpha * (lmax - avg)
