@@ -726,6 +726,63 @@ def test_group_refinement_skips_levels_with_flat_distances():
     np.testing.assert_array_equal(runs[0], runs[1])
 
 
+def test_wants_groups_follows_the_size_and_the_gain_of_the_level_before():
+    """RefinementContext.group_max_n / group_keep_gain: small levels always refine their
+    groups; a larger one only when the level before it gained at least the fraction."""
+    from dataclasses import replace
+
+    from procmap.engines.context import preset
+    from procmap.engines.uncoarsen import wants_groups
+
+    im = preset("im")
+    ctx = replace(im, refinement=replace(im.refinement, group_max_n=1000, group_keep_gain=0.05))
+    assert wants_groups(ctx, 1000, None)
+    assert not wants_groups(ctx, 1001, None)
+    assert wants_groups(ctx, 1001, 0.05)
+    assert not wants_groups(ctx, 1001, 0.0499)
+    never = replace(ctx, refinement=replace(ctx.refinement, group_keep_gain=None))
+    assert not wants_groups(never, 1001, 0.9)
+
+
+@pytest.mark.parametrize("keep_gain, every_level", [(None, False), (-1.0, True), (1.0, False)])
+def test_uncoarsen_refines_the_groups_of_large_levels_while_levels_gain(monkeypatch, keep_gain,
+                                                                        every_level):
+    """group_max_n admits only the level after the coarsest (the coarsest, just mapped,
+    never refines groups); a finer level refines its groups only where the level before
+    it did and gained at least group_keep_gain: never without the rule or with a gain no
+    level reaches, on every level with any gain. The mapping stays within L_max."""
+    from dataclasses import replace
+
+    import procmap.engines.uncoarsen as unc
+    from procmap.engines.context import preset
+    from procmap.engines.multilevel import Problem, coarsen
+
+    g = grid_graph((16, 16, 16))
+    h = Hierarchy.parse("2:2:2", "1:10:100")
+    lmax = math.ceil(1.03 * g.n / h.k)
+    im = preset("im")
+    levels = coarsen(g.xadj, g.adjncy, g.adjwgt, g.vwgt, 128, lmax, seed=1)
+    assert len(levels) >= 4
+    ctx = replace(im, refinement=replace(im.refinement, group_max_n=levels[-2].n,
+                                         group_keep_gain=keep_gain))
+    start = (np.arange(levels[-1].n) * h.k // levels[-1].n).astype(np.int32)
+    problem = Problem(g.xadj, g.adjncy, g.adjwgt, g.vwgt, k=h.k, lmax=lmax, eps=0.03,
+                      prefix=np.array([2, 4, 8]), dist=np.array([1.0, 10.0, 100.0]))
+    refined = []
+    original = unc.refine_groups
+
+    def recording(level, *args, **kwargs):
+        refined.append(level.n)
+        return original(level, *args, **kwargs)
+
+    monkeypatch.setattr(unc, "refine_groups", recording)
+    pes, value = unc.uncoarsen(levels, start, problem, ctx, unc.LevelPlan(), seed=1)
+    expected = [lv.n for lv in levels[-2::-1]] if every_level else [levels[-2].n]
+    assert refined == expected
+    assert np.bincount(pes, minlength=h.k).max() <= lmax
+    assert value == pytest.approx(evaluate(g, h, pes).J)
+
+
 def test_thread_shares_follow_the_size_of_the_subgraphs():
     """hm.thread_shares: the free threads go to the subgraphs that start splitting in
     proportion to their vertices plus edges, at least one each."""

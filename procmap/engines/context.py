@@ -160,7 +160,9 @@ class RefinementContext:
         The polish that ends a split made on the GPU, the finest GPU level of ``im``
         and :attr:`gpu_mapping_polish`: Jet until ``polish_patience`` iterations in a
         row bring no improvement at all (phi 1), collecting the many small gains that
-        FM collects on the host.
+        FM collects on the host. ``im`` counts only gains of 0.01% as progress (phi
+        0.9999): on a dense 3D stencil its finest level otherwise runs dozens of
+        iterations for a tenth of a percent of J, half of its mapping time.
     ``polish_start_patience``
         The polish of a whole mapping (the finest level of ``im``,
         :attr:`gpu_mapping_polish`) stops after its first ``polish_start_patience``
@@ -190,12 +192,23 @@ class RefinementContext:
         (``dist[j + 1] >= group_min_step * dist[j]``): with flat distances a group move
         gains little and disturbs the PE borders around it more.
     ``group_max_n``
-        Only levels of at most this many vertices refine their groups: on a level of a
-        million vertices the group passes cost about as much as the rest of the level's
-        refinement, more than what they gain there is worth to ``im``, the fast engine.
+        Levels of at most this many vertices refine their groups; larger ones only as
+        :attr:`group_keep_gain` allows. On a level of millions of vertices the group
+        passes cost about as much as the rest of the level's refinement, more than what
+        they gain there on most graphs is worth to ``im``, the fast engine.
+    ``group_keep_gain``
+        A level above :attr:`group_max_n` vertices still refines its groups when the
+        level before it refined its groups too and, groups and PEs together, lowered J
+        by at least this fraction (``None``: never). Where the projection of every
+        level leaves that much to gain, the group borders are still far from straight
+        and the group passes pay on the finest levels too: 3D meshes, whose group
+        borders are surfaces, gain about 6% per level, 2D meshes, Delaunay and random
+        geometric graphs 2.5-4%. Once a level skips the group passes, the finer ones
+        do as well.
     ``device_group_levels``
         :attr:`group_levels` on GPU levels (host levels use :attr:`group_levels`); the
-        GPU levels above :attr:`group_max_n` vertices skip it as host levels do. 1 in
+        GPU levels above :attr:`group_max_n` vertices follow :attr:`group_keep_gain`
+        as host levels do. 1 in
         ``im``, the nodes only: below that size a group level costs one label
         propagation of a level that is small for the GPU, and on meshes the straightened
         node borders leave the PE refinement of the finer levels less to do (dense 3D
@@ -227,6 +240,7 @@ class RefinementContext:
     group_patience: int = 8
     group_min_step: float = 4.0
     group_max_n: int = 300_000
+    group_keep_gain: float | None = None
     device_group_levels: int = 0
     gpu_mapping_polish: bool = False
 
@@ -688,9 +702,10 @@ _IM_INITIAL = Context(
 _IM_UNCOARSENED = replace(_HM, fm=replace(_HM.fm, passes=0))
 
 #: ``im``: coarsen the whole graph to 128 vertices per PE, map it with hm, then refine J
-#: on every level, top-down: the nodes and processors as groups, then the PEs; each with
-#: a short Jet (FM follows and does the rest), then longer FM passes than hm's, since
-#: the coarse initial mapping leaves cluster-shaped block borders.
+#: on every level, top-down: the nodes and processors as groups (on large levels only
+#: while the levels keep gaining much: 3D meshes), then the PEs; each with a short Jet
+#: (FM follows and does the rest), then longer FM passes than hm's, since the coarse
+#: initial mapping leaves cluster-shaped block borders.
 #: Rank placement (hence ``auto``'s): hm starts, then hm-ultra starts (all four of each up
 #: to 512 tasks, so never worse than either engine there; fewer above, within the time
 #: a placement of 1024 ranks may take), block placement, and a node-wide swap polish.
@@ -699,7 +714,8 @@ _IM = Context(
     pipeline="im",
     coarsening=CoarseningContext(factor=128, min_vertices=0),
     refinement=RefinementContext(patience=3, filters_coarse=(0.25,), group_levels=2,
-                                 device_group_levels=1),
+                                 group_keep_gain=0.05, device_group_levels=1,
+                                 polish_phi=0.9999),
     fm=FMContext(passes=10, stall_divisor=50, min_gain=0.001, max_work=6.0,
                  fm_only_min_n=None),
     local_fm=LocalFMContext(depth=0),

@@ -73,12 +73,13 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
     ``value`` is the objective of ``part`` when known (the projection of a refined
     coarser level keeps it): a balanced host level of at least
     :attr:`FMContext.fm_only_min_n` vertices then goes to FM directly. ``groups``:
-    refine the hierarchy's groups first (:func:`refine_groups`).
+    refine the hierarchy's groups first (:func:`refine_groups`; :func:`uncoarsen`
+    decides on which levels, :func:`wants_groups`).
     """
     ref, fm, lfm = ctx.refinement, ctx.fm, ctx.local_fm
     be = backend.of(g.xadj)
     group_levels = ref.group_levels if be.runs_sequential_refiners else ref.device_group_levels
-    if groups and group_levels > 0 and problem.prefix.size > 1 and g.n <= ref.group_max_n:
+    if groups and group_levels > 0 and problem.prefix.size > 1:
         part = refine_groups(g, part, problem, ctx, plan, group_levels, depth=depth, seed=seed)
         value = None
     k, lmax, prefix, dist = problem.k, problem.lmax, problem.prefix, problem.dist
@@ -157,16 +158,35 @@ def uncoarsen(levels: list[Level], part, problem: Problem, ctx: Context, plan: L
     """Project ``part`` (a partition of the coarsest level, ``levels[-1]``) level by
     level onto the finest one, refining each with :func:`refine_level` (level ``d``
     with seed ``seed + d``; the hierarchy's groups first on every level but the
-    coarsest); returns ``(part, objective)`` on the finest level."""
-    value = None
+    coarsest, where :func:`wants_groups` says so); returns ``(part, objective)`` on the
+    finest level."""
+    value, gain = None, None
     for depth in range(len(levels) - 1, -1, -1):
         g = levels[depth]
         part = backend.of(g.xadj).asarray(part)  # where the level is
         if depth < len(levels) - 1:
             part = part[g.cmap]  # the coarser level's partition
+        projected = value  # contraction keeps J: the projection's J is the coarser level's
+        groups = depth < len(levels) - 1 and wants_groups(ctx, g.n, gain)
         part, value = refine_level(g, part, problem, ctx, plan, depth=depth, seed=seed + depth,
-                                   value=value, groups=depth < len(levels) - 1)
+                                   value=value, groups=groups)
+        # the rule looks at levels that refined their groups: once one skips them, so
+        # do all finer levels
+        gain = (projected - value) / projected if groups and projected else None
     return part, value
+
+
+def wants_groups(ctx: Context, n: int, previous_gain: float | None) -> bool:
+    """Whether a level of ``n`` vertices refines its groups, given the fraction by which
+    the refinement of the coarser level before it, groups included, lowered the
+    objective (``None``: unknown, or that level did not refine its groups): at most
+    :attr:`RefinementContext.group_max_n` vertices, or above while that gain is at
+    least :attr:`RefinementContext.group_keep_gain`."""
+    ref = ctx.refinement
+    if n <= ref.group_max_n:
+        return True
+    return (ref.group_keep_gain is not None and previous_gain is not None
+            and previous_gain >= ref.group_keep_gain)
 
 
 def _patience(ctx: Context, plan: LevelPlan, jet_alone: bool, finest: bool
