@@ -196,3 +196,33 @@ def test_hm_ultra_maps_with_flows_validly():
     loads = np.bincount(m.pes, weights=g.vwgt, minlength=12)
     assert loads.max() <= np.ceil(1.03 * g.vwgt.sum() / 12)
     assert evaluate(g, machine, m.pes).J == m.J
+
+
+def test_flows_skip_levels_whose_blocks_are_all_full(monkeypatch):
+    """With k * lmax equal to the total weight (rank placement with as many tasks as
+    slots) a balanced partition has every block full: the kernel's regions cannot take a
+    vertex, so it changes nothing, and the pipeline does not call it there (nor compile
+    it: auto's first run). With one unit of room it runs."""
+    import procmap.engines.uncoarsen as unc
+
+    g = grid_graph((24, 24))
+    start = (np.arange(g.n) * 4 // g.n).astype(np.int32)  # four full blocks of 144
+    part = start.copy()
+    assert flow_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, 4, g.n // 4, alpha=8.0) == 0.0
+    assert np.array_equal(part, start)
+
+    calls = []
+    original = unc.flow_refine
+
+    def recording(*args, **kwargs):
+        calls.append(args[6])  # lmax
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(unc, "flow_refine", recording)
+    hm = preset("hm")
+    on = replace(hm, flow=replace(hm.flow, depth=1))
+    for lmax in (g.n // 4, g.n // 4 + 1):
+        part = kway_partition(g.xadj, g.adjncy, g.adjwgt, g.vwgt, 4, lmax, eps=0.0, seed=1,
+                              ctx=on)
+        assert np.bincount(part, minlength=4).max() <= lmax
+    assert calls and set(calls) == {g.n // 4 + 1}

@@ -346,6 +346,10 @@ class FlowContext:
         border can move further than one block's room, and cost more.
     ``rounds``
         Passes over the block pairs per level; a round that improves nothing ends them.
+
+    Levels whose blocks have no room at all (``k * lmax`` equal to the total weight:
+    rank placement with as many tasks as slots) skip flows: every block is full, so a
+    region may take no vertex.
     """
 
     depth: int = 0

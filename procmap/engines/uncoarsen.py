@@ -14,7 +14,7 @@ calls :func:`refine_level`, which runs the context's refinement chain there:
    rebalancing;
 2. global FM passes (:class:`~procmap.engines.context.FMContext`), on host levels;
 3. max-flow refinement of the cut (:class:`~procmap.engines.context.FlowContext`), on
-   host levels where the plan asks for it;
+   host levels where the plan asks for it and the blocks have room;
 4. localized FM searches (:class:`~procmap.engines.context.LocalFMContext`), where the
    plan asks for them.
 
@@ -107,7 +107,10 @@ def refine_level(g: Level, part, problem: Problem, ctx: Context, plan: LevelPlan
                                  max_passes=fm.passes, max_stall=fm.max_stall(g.n),
                                  min_gain=fm.min_gain * value / 2 if fm.min_gain else 0.0,
                                  max_work=fm.max_work)
-    if plan.flow and be.runs_sequential_refiners and prefix.size == 1:
+    # with no room at all (k * lmax equal to the level's weight: rank placement with as
+    # many tasks as slots) every block is full and a flow region cannot take a vertex
+    if (plan.flow and be.runs_sequential_refiners and prefix.size == 1
+            and k * lmax > int(g.vwgt.sum())):
         value -= 2.0 * flow_refine(g.xadj, g.adjncy, g.adjwgt, g.vwgt, part, k, lmax,
                                    alpha=plan.flow, rounds=ctx.flow.rounds)
     if host_fm and plan.local_fm and g.n <= lfm.max_n:
