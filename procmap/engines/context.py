@@ -208,13 +208,12 @@ class RefinementContext:
     ``device_group_levels``
         :attr:`group_levels` on GPU levels (host levels use :attr:`group_levels`); the
         GPU levels above :attr:`group_max_n` vertices follow :attr:`group_keep_gain`
-        as host levels do. 1 in
-        ``im``, the nodes only: below that size a group level costs one label
-        propagation of a level that is small for the GPU, and on meshes the straightened
-        node borders leave the PE refinement of the finer levels less to do (dense 3D
-        stencils map faster), while random geometric graphs, whose borders it hardly
-        moves, take the same time. The processor level as well (2) saves more time on
-        such stencils but costs 2D meshes J.
+        as host levels do. 1 in ``im``, the nodes only: below that size a group level
+        costs one label propagation of a level that is small for the GPU, and on meshes
+        the straightened node borders leave the PE refinement of the finer levels less
+        to do (dense 3D stencils map faster), while random geometric graphs, whose
+        borders it hardly moves, take the same time. The processor level as well (2)
+        saves more time on such stencils but costs 2D meshes J.
     ``gpu_mapping_polish``
         ``hm`` on the GPU ends with a J-refinement of the whole mapping on the device
         (one upload serves the splits and it): its splits minimise cuts one hierarchy
