@@ -27,10 +27,10 @@ counts. Threads: ``numba.set_num_threads(--threads)`` in the child.
 
     python benchmarks/bench_families.py [--instances rmat17,road17] [--large]
         [--engines hm,hm-ultra,im] [--threads 2] [--timeout 120] [--seed 1] [--eps 0.03]
+        [--factor 3] [--json out.json]
 
 An engine may be a variant of a preset (benchmarks/variants.py), run beside it in the same
 worker: ``--engines 'hm,hm[initial.stalled_start=random]'``.
-        [--factor 3] [--json out.json]
 
 Default instances: the 2^17 set (``instances.FAMILIES_SMALL``); ``--large`` the 2^20 set.
 """

@@ -714,8 +714,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=GRAPH_FORMATS, help="graph format (default: from the extension)")
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="hm: hierarchical multisection; hm-ultra: hm with Jet's ultra refinement "
-                        "and max-flow refinement (slower, better); im: integrated mapping (fast); auto (default): im for "
-                        "partition mapping, hm + swaps for rank placement")
+                        "and max-flow refinement (slower, better); im: integrated mapping "
+                        "(fast); auto (default): im for partition mapping, the best of hm and "
+                        "hm-ultra starts + swaps for rank placement")
     p.add_argument("--imbalance", "-e", type=float, default=0.03, metavar="EPS",
                    help="allowed imbalance eps in partition mapping (default 0.03)")
     p.add_argument("--seed", type=int, default=0,

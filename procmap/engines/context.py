@@ -161,8 +161,8 @@ class RefinementContext:
         and :attr:`gpu_mapping_polish`: Jet until ``polish_patience`` iterations in a
         row bring no improvement at all (phi 1), collecting the many small gains that
         FM collects on the host. ``im`` counts only gains of 0.01% as progress (phi
-        0.9999): on a dense 3D stencil its finest level otherwise runs dozens of
-        iterations for a tenth of a percent of J, half of its mapping time.
+        0.9999): on a dense 3D stencil its finest level otherwise spends much of the
+        mapping's time on iterations whose gains together hardly move J.
     ``polish_start_patience``
         The polish of a whole mapping (the finest level of ``im``,
         :attr:`gpu_mapping_polish`) stops after its first ``polish_start_patience``
@@ -202,9 +202,9 @@ class RefinementContext:
         by at least this fraction (``None``: never). Where the projection of every
         level leaves that much to gain, the group borders are still far from straight
         and the group passes pay on the finest levels too: 3D meshes, whose group
-        borders are surfaces, gain about 6% per level, 2D meshes, Delaunay and random
-        geometric graphs 2.5-4%. Once a level skips the group passes, the finer ones
-        do as well.
+        borders are surfaces, gain about twice as much per level as 2D meshes, Delaunay
+        and random geometric graphs. Once a level skips the group passes, the finer
+        ones do as well.
     ``device_group_levels``
         :attr:`group_levels` on GPU levels (host levels use :attr:`group_levels`); the
         GPU levels above :attr:`group_max_n` vertices follow :attr:`group_keep_gain`
